@@ -1,0 +1,57 @@
+"""What an agent is: it proposes candidates for one operator and hears how they were judged.
+
+Agents are made by the `pytest_kope_make_agent` hook: `tuner`, `claude` and `replay:DIR` are built in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from ..candidate import Candidate
+from ..judge.outcome import Judged
+from ..spec import TuningSpace
+
+
+@dataclass
+class OperatorInfo:
+    """What an agent may know of the operator (never the oracle's internals beyond the test source)."""
+
+    name: str
+    family: str
+    toolchain: str
+    filename: str  # e.g. softmax.c
+    source: str  # the committed kernel source
+    space: TuningSpace  # declared by the committed source
+    kernels: tuple[str, ...]  # declared kernel prototypes: the contract a candidate must keep
+    tests: dict[str, str] = field(default_factory=dict)  # test file path -> source text
+
+
+@dataclass
+class Context:
+    """One operator's state, handed to the agent before each proposal round."""
+
+    operator: OperatorInfo
+    hardware: dict[str, Any]
+    baseline: Judged  # the committed kernel, judged; its timings are the reference
+    incumbent: Judged  # best verified so far (the baseline at first)
+    history: list[Judged]  # everything judged for this operator in this run, in order
+    budget_left: int  # evaluations left for this operator
+    recall: Callable[..., Any]  # recall(state=..., budget=...) -> memory.recall.Recall
+    seen: Callable[[str], bool]  # is a candidate hash already in the graph for this task?
+    tokens_left: int | None = None  # for LLM agents: the run's remaining token cap
+
+
+@runtime_checkable
+class Agent(Protocol):
+    name: str
+
+    def propose(self, ctx: Context, n: int) -> list[Candidate]:
+        """Up to `n` new candidates. An empty list means the agent has nothing more to try."""
+
+    def observe(self, ctx: Context, results: list[Judged]) -> None:
+        """The verdicts on the last proposals (in the order proposed)."""
+
+    def usage(self) -> dict[str, Any]:
+        """Cost so far for the report: e.g. calls, input/output/cache tokens, faults seen."""

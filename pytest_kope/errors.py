@@ -1,0 +1,36 @@
+"""Domain errors, named for the condition. Converted once, at the pytest border, into a usage error
+or an item failure; each message says what happened, to which file, and what to do."""
+
+from __future__ import annotations
+
+
+class KopeError(Exception):
+    """Base of every error pytest-kope raises on purpose."""
+
+
+class SpecError(KopeError):
+    """A `kope:` header line in a kernel source cannot be understood."""
+
+
+class BuildError(KopeError):
+    """A candidate failed to build; carries the compiler's own message."""
+
+    def __init__(self, source: str, log: str):
+        self.source, self.log = source, log
+        super().__init__(f"build of {source} failed:\n{log.rstrip()}")
+
+
+class ToolchainMissing(KopeError):
+    """The toolchain an operator needs is not installed or has no device here."""
+
+
+class BaselineBroken(KopeError):
+    """The committed kernel fails its own correctness tests, so there is nothing to improve on."""
+
+
+class ConfigError(KopeError):
+    """A command-line or ini option has a value that cannot work."""
+
+
+class GuardViolation(AssertionError):
+    """A kernel call broke the oracle's rules (unwritten output, mutated input, FP state left changed)."""

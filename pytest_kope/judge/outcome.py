@@ -1,0 +1,82 @@
+"""The verdict on one candidate, shared by the judge, the agents, the graph and the report."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from ..candidate import Candidate
+
+
+class Outcome(str, Enum):
+    """How a judged candidate ended (after Kernel Tuner's ErrorConfig family)."""
+
+    BETTER = "better"  # correct, and faster than the incumbent beyond noise: the new incumbent
+    OK = "ok"  # correct, not faster beyond noise
+    INCORRECT = "incorrect"  # a correctness test failed (including oracle guard violations)
+    COMPILE_FAILED = "compile_failed"
+    RUNTIME_FAILED = "runtime_failed"  # raised or errored in a test
+    CRASHED = "crashed"  # killed by a signal (segfault, abort) or ran out of memory
+    TIMEOUT = "timeout"  # wall-clock or CPU limit
+    REJECTED = "rejected"  # static screening refused it before the build
+    SUSPECT = "suspect"  # timed faster than physics allows; re-checked, never crowned
+
+    @property
+    def correct(self) -> bool:
+        return self in (Outcome.BETTER, Outcome.OK)
+
+
+@dataclass
+class Timing:
+    """One performance test, candidate timed paired with a reference in one process."""
+
+    test: str
+    reference_s: float  # median seconds of the reference (incumbent or baseline)
+    candidate_s: float
+    ratio: float  # median of per-round reference/candidate; > 1 means the candidate is faster
+    ratio_low: float  # lower confidence bound of that median
+    ratio_high: float
+    rounds: int
+    bytes_moved: int = 0
+
+
+@dataclass
+class Judged:
+    candidate: Candidate
+    outcome: Outcome
+    failures: list[str] = field(default_factory=list)  # "test id: trimmed message"
+    build_log: str = ""
+    timings: list[Timing] = field(default_factory=list)
+    tests_passed: list[str] = field(default_factory=list)
+    speedup: float | None = None  # against the original baseline (product of ratios along the lineage)
+    seconds: float = 0.0  # wall time spent judging
+    notes: list[str] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ratio(self) -> float | None:
+        return _geomean([t.ratio for t in self.timings]) if self.timings else None
+
+    @property
+    def ratio_low(self) -> float | None:
+        return _geomean([t.ratio_low for t in self.timings]) if self.timings else None
+
+    @property
+    def time_s(self) -> float | None:
+        return sum(t.candidate_s for t in self.timings) if self.timings else None
+
+    def summary(self) -> str:
+        """One line for humans and for the LLM's next turn."""
+        head = f"{self.candidate.short} {self.outcome.value}"
+        if self.ratio is not None:
+            head += f" {self.ratio:.2f}x vs incumbent (low {self.ratio_low:.2f})"
+        if self.failures:
+            head += f": {self.failures[0]}"
+        return head
+
+
+def _geomean(xs: list[float]) -> float:
+    import math
+
+    return math.exp(sum(math.log(max(x, 1e-12)) for x in xs) / len(xs))

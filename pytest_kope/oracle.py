@@ -1,0 +1,38 @@
+"""Comparison helpers for correctness tests: strict enough that a lazy kernel cannot pass."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def assert_close(actual, expected, rtol: float = 1e-5, atol: float = 0.0, what: str = "output") -> None:
+    """Assert `actual` matches `expected` within `rtol` of the reference's largest magnitude.
+
+    The error is the largest absolute difference divided by the largest reference magnitude, so an
+    all-zero softmax (error = max|expected|) fails whatever the shape. NaN or inf must match exactly
+    in place; a shape or dtype mismatch fails. `atol` is an absolute floor for all-zero references.
+    """
+    a = np.asarray(actual)
+    e = np.asarray(expected)
+    assert a.shape == e.shape, f"{what}: shape {a.shape} != expected {e.shape}"
+    a64, e64 = a.astype(np.float64), e.astype(np.float64)
+    bad_a, bad_e = ~np.isfinite(a64), ~np.isfinite(e64)
+    if (bad_a != bad_e).any():
+        idx = np.argwhere(bad_a != bad_e)[0]
+        raise AssertionError(f"{what}: non-finite mismatch at {tuple(idx)}: got {a64[tuple(idx)]}, "
+                             f"expected {e64[tuple(idx)]}")
+    ok = ~bad_e
+    if not ok.any():
+        return
+    diff = np.abs(a64[ok] - e64[ok])
+    scale = float(np.abs(e64[ok]).max())
+    worst = float(diff.max())
+    limit = atol + rtol * scale
+    if worst > limit:
+        flat = int(np.argmax(np.where(ok, np.abs(a64 - e64), -1.0)))
+        idx = np.unravel_index(flat, a.shape)
+        raise AssertionError(
+            f"{what}: max error {worst:.3g} > {limit:.3g} (rtol={rtol:g} of max |expected| {scale:.3g}, "
+            f"atol={atol:g}); worst at {tuple(int(i) for i in idx)}: got {a64[idx]:.7g}, "
+            f"expected {e64[idx]:.7g}"
+        )

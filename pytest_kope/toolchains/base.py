@@ -1,0 +1,85 @@
+"""What a toolchain is: it builds a candidate into callable kernels, names its hardware, and times calls.
+
+A toolchain is a plain object made by the `pytest_kope_make_toolchain` hook, so a child process
+rebuilds it from its name alone. Built-ins: `c` (always), `triton`, `triton-ascend`, `ascendc`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from ..candidate import Candidate
+from ..spec import KernelSpec
+
+IN, OUT, INOUT, SCALAR = "in", "out", "inout", "scalar"
+
+
+@dataclass(frozen=True)
+class Arg:
+    """One parameter of a kernel function; `role` tells the oracle guards what to check."""
+
+    name: str
+    role: str  # IN (read only), OUT (must be fully written), INOUT (declared in place), SCALAR
+
+
+@dataclass
+class KernelFunction:
+    """One callable kernel: the raw entry point plus its argument roles."""
+
+    name: str
+    raw: Callable[..., Any]
+    args: tuple[Arg, ...]
+
+
+@dataclass
+class Kernel:
+    """A built candidate: its functions by name, and the candidate it came from."""
+
+    candidate: Candidate
+    functions: Mapping[str, KernelFunction]
+    build_log: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Availability:
+    ok: bool
+    reason: str  # one line: what was found, or what is missing and how to get it
+
+
+@dataclass(frozen=True)
+class Timer:
+    """A clock for one toolchain. `sync` waits for queued device work (no-op on a CPU)."""
+
+    clock: Callable[[], float] = time.perf_counter
+    sync: Callable[[], None] = lambda: None
+    can_time: bool = True
+    why_not: str = ""
+
+
+@runtime_checkable
+class Toolchain(Protocol):
+    name: str
+    extensions: tuple[str, ...]  # source suffixes this toolchain builds by default, e.g. (".c", ".cpp")
+
+    def availability(self) -> Availability:
+        """Whether it can build and run here, and why; must have no side effects."""
+
+    def fingerprint(self) -> dict[str, Any]:
+        """The hardware and tool versions its measurements belong to (see hardware.py for keys)."""
+
+    def screen(self, candidate: Candidate) -> list[str]:
+        """Reasons to reject a candidate before it is built (forbidden APIs); empty when clean."""
+
+    def build(self, candidate: Candidate, spec: KernelSpec, build_dir: Path) -> Kernel:
+        """Build (or check) the candidate and load it; raise BuildError quoting the tool's message."""
+
+    def timer(self) -> Timer:
+        """The clock that `kope_bench` uses for this toolchain's kernels."""
+
+    def environment(self) -> Mapping[str, str]:
+        """Extra environment for judging children (e.g. OMP_WAIT_POLICY=passive)."""
