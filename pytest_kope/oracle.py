@@ -19,8 +19,9 @@ def assert_close(actual, expected, rtol: float = 1e-5, atol: float = 0.0, what: 
     bad_a, bad_e = ~np.isfinite(a64), ~np.isfinite(e64)
     if (bad_a != bad_e).any():
         idx = np.argwhere(bad_a != bad_e)[0]
-        raise AssertionError(f"{what}: non-finite mismatch at {tuple(idx)}: got {a64[tuple(idx)]}, "
-                             f"expected {e64[tuple(idx)]}")
+        raise AssertionError(
+            f"{what}: non-finite mismatch at {tuple(idx)}: got {a64[tuple(idx)]}, expected {e64[tuple(idx)]}"
+        )
     ok = ~bad_e
     if not ok.any():
         return

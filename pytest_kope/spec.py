@@ -117,7 +117,9 @@ def parse_spec(text: str, filename: str = "<source>") -> KernelSpec:
         elif word == "inplace":
             inplace.update(rest.replace(",", " ").split())
         else:
-            raise SpecError(f"{where}: unknown declaration {word!r}; use kernel, param, flags, require or inplace")
+            raise SpecError(
+                f"{where}: unknown declaration {word!r}; use kernel, param, flags, require or inplace"
+            )
     return KernelSpec(tuple(kernels), TuningSpace(axes, tuple(requires)), frozenset(inplace))
 
 

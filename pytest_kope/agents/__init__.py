@@ -1,0 +1,43 @@
+"""Built-in agents, answering `pytest_kope_make_agent` as trylast so plugins can override them."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+
+from ..errors import ConfigError
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_kope_make_agent(name: str, config: pytest.Config) -> Any:
+    if name == "auto":
+        name = "claude" if os.environ.get("ANTHROPIC_API_KEY") else "tuner"
+    if name == "tuner":
+        from .tuner import Tuner
+
+        return Tuner(seed=config.stash.get(_seed_key(), 0))
+    if name.startswith("replay:"):
+        from .replay import Replay
+
+        return Replay(name.partition(":")[2], rootdir=config.rootpath)
+    if name == "claude":
+        from .claude import ClaudeAgent
+
+        model = config.getoption("kope_model") or config.getini("kope_model") or os.environ.get("KOPE_MODEL")
+        return ClaudeAgent(
+            model=model or None,
+            api_key=os.environ.get("ANTHROPIC_API_KEY"),
+            base_url=os.environ.get("ANTHROPIC_BASE_URL"),
+            max_tokens_run=config.getoption("kope_max_tokens") or config.getini("kope_max_tokens") or None,
+        )
+    if name in ("replay", "replay:"):
+        raise ConfigError("--kope-agent replay needs a folder: --kope-agent replay:DIR")
+    return None
+
+
+def _seed_key():
+    from ..plugin import SEED
+
+    return SEED

@@ -1,0 +1,82 @@
+"""The `kope_bench` fixture's object: pytest glue over the timing core.
+
+In a plain run it times the kernel alone and keeps the stats for the terminal summary. In a judging
+child it times the candidate paired with a reference kernel (the incumbent or the baseline).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..toolchains.base import Kernel, Timer
+from . import timing
+from .guards import GuardedFunction
+from .outcome import Timing
+from .stats import Stats
+
+
+@dataclass
+class BenchRecord:
+    test: str
+    function: str
+    stats: Stats
+    bytes_moved: int
+
+
+@dataclass
+class PairedRecord:
+    timing: Timing
+    suspect: str = ""
+
+
+@dataclass
+class BenchSession:
+    """Per-process state: what was timed, and the reference kernel when judging a candidate."""
+
+    reference: Kernel | None = None
+    plain: list[BenchRecord] = field(default_factory=list)
+    paired: list[PairedRecord] = field(default_factory=list)
+    max_bytes_per_s: float | None = None  # a physical bound; faster than this is suspect
+
+
+class Bench:
+    def __init__(self, nodeid: str, timer: Timer, session: BenchSession, skip):
+        self.nodeid, self.timer, self.session, self._skip = nodeid, timer, session, skip
+
+    def __call__(self, function: Any, *args: Any) -> Any:
+        if not self.timer.can_time:
+            self._skip(self.timer.why_not)
+        fn = function.function if isinstance(function, GuardedFunction) else None
+        if fn is None:
+            raise TypeError("kope_bench takes a kernel function, e.g. kope_bench(kernel.softmax, x, y, n)")
+        function(*args)  # one guarded call first: a performance test must not time a broken kernel
+        moved = sum(int(getattr(a, "nbytes", 0)) for a in args)
+        clock, sync = self.timer.clock, self.timer.sync
+        ref = self.session.reference
+        if ref is None:
+            stats = timing.measure(fn.raw, args, clock, sync)
+            self.session.plain.append(BenchRecord(self.nodeid, fn.name, stats, moved))
+            return stats
+        ref_stats, cand_stats, ratio = timing.measure_paired(
+            ref.functions[fn.name].raw, fn.raw, args, clock, sync
+        )
+        record = Timing(
+            self.nodeid,
+            ref_stats.median,
+            cand_stats.median,
+            ratio.median,
+            ratio.low,
+            ratio.high,
+            ratio.rounds,
+            moved,
+        )
+        bound = self.session.max_bytes_per_s
+        suspect = ""
+        if bound and moved > 2 * timing.last_level_cache_bytes() and moved / cand_stats.median > bound:
+            suspect = (
+                f"moved {moved / 1e6:.0f} MB in {cand_stats.median * 1e3:.3f} ms = "
+                f"{moved / cand_stats.median / 1e9:.0f} GB/s, beyond this machine's {bound / 1e9:.0f} GB/s"
+            )
+        self.session.paired.append(PairedRecord(record, suspect))
+        return cand_stats

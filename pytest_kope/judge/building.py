@@ -1,0 +1,74 @@
+"""Make toolchains through the hook and build candidates once per process (the fixture's back end)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from ..candidate import Candidate
+from ..errors import BuildError, KopeError, ToolchainMissing
+from ..operator import Operator
+from ..paths import kope_dir
+from ..toolchains.base import Kernel, Toolchain
+
+_TOOLCHAINS = pytest.StashKey[dict]()
+
+
+def toolchain_of(config: pytest.Config, name: str) -> Toolchain:
+    made = config.stash.setdefault(_TOOLCHAINS, {})
+    if name not in made:
+        tc = config.hook.pytest_kope_make_toolchain(name=name, config=config)
+        if tc is None:
+            known = sorted(
+                {n for names in config.hook.pytest_kope_toolchain_names(config=config) for n in names}
+            )
+            raise ToolchainMissing(f"no toolchain named {name!r} (known: {', '.join(known)})")
+        made[name] = tc
+    return made[name]
+
+
+def build_cached(config: pytest.Config, op: Operator, candidate: Candidate) -> Kernel:
+    """Build once per process; a failure becomes a test error naming the operator and the file."""
+    from ..plugin import BUILT
+
+    built = config.stash[BUILT]
+    if candidate.hash in built:
+        kernel = built[candidate.hash]
+        if isinstance(kernel, Exception):
+            pytest.fail(str(kernel), pytrace=False)
+        return kernel
+    try:
+        tc = toolchain_of(config, candidate.toolchain)
+        available = tc.availability()
+        if not available.ok:
+            pytest.skip(f"kope: toolchain {tc.name} unavailable: {available.reason}")
+        spec = op.spec
+        from ..spec import parse_spec
+
+        own = parse_spec(candidate.source, candidate.filename)
+        kernels = own.kernels or spec.kernels
+        from dataclasses import replace
+
+        builds = (
+            Path(os.environ["KOPE_BUILD_DIR"])
+            if os.environ.get("KOPE_BUILD_DIR")
+            else kope_dir(config) / "builds"
+        )
+        kernel = tc.build(candidate, replace(own, kernels=kernels), builds)
+    except BuildError as e:
+        where = (
+            op.source
+            if candidate.agent == "baseline"
+            else f"{candidate.filename} (candidate {candidate.short})"
+        )
+        err = KopeError(f"kope: operator {op.name}: build of {where} failed:\n{e.log.rstrip()}")
+        built[candidate.hash] = err
+        pytest.fail(str(err), pytrace=False)
+    except KopeError as e:
+        err = KopeError(f"kope: operator {op.name} ({op.source}): {e}")
+        built[candidate.hash] = err
+        pytest.fail(str(err), pytrace=False)
+    built[candidate.hash] = kernel
+    return kernel

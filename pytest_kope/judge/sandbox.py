@@ -1,0 +1,232 @@
+"""Run one untrusted child: own temp dir as cwd and HOME, scrubbed environment, rlimits, a wall-clock
+time-out that kills the whole process group, and where the machine allows it a bubblewrap jail (no
+network, read-only view of everything but the child's dir) and a pids cgroup (fork bombs).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import resource
+import shutil
+import signal
+import subprocess
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE|SESSION", re.I)
+KEEP = (
+    "PATH",
+    "LANG",
+    "LC_ALL",
+    "LC_CTYPE",
+    "TZ",
+    "VIRTUAL_ENV",
+    "PYTHONPATH",
+    "CC",
+    "CXX",
+    "OMP_NUM_THREADS",
+    "OPENBLAS_CORETYPE",
+    "OPENBLAS_L2_SIZE",
+    "TRITON_INTERPRET",
+    "CUDA_VISIBLE_DEVICES",
+    "ASCEND_RT_VISIBLE_DEVICES",
+    "ASCEND_HOME_PATH",
+    "LD_LIBRARY_PATH",
+    "TORCH_DEVICE_BACKEND_AUTOLOAD",
+)
+
+
+@dataclass(frozen=True)
+class Limits:
+    wall_s: float = 120.0
+    cpu_s: int = 600
+    address_space: int = 8 << 30
+    file_size: int = 1 << 30
+    processes: int = 256
+
+
+@dataclass
+class Finished:
+    returncode: int
+    timed_out: bool
+    wall_s: float
+    output: str  # stdout+stderr tail
+    isolation: list[str] = field(default_factory=list)
+
+    @property
+    def signal(self) -> int | None:
+        return -self.returncode if self.returncode < 0 else None
+
+
+def scrubbed_environment(extra: Mapping[str, str], home: Path) -> dict[str, str]:
+    """Only what a build and a test need; nothing that looks like a key, token or password."""
+    env = {k: v for k, v in os.environ.items() if k in KEEP and not SECRET_NAME.search(k)}
+    env.update({k: v for k, v in extra.items() if not SECRET_NAME.search(k)})
+    env.update(HOME=str(home), TMPDIR=str(home), PYTHONDONTWRITEBYTECODE="1", PYTHONNOUSERSITE="1")
+    return env
+
+
+@functools.lru_cache(maxsize=1)
+def bubblewrap() -> tuple[str | None, str]:
+    """The bwrap binary if it works here, else None and why (said once, in the run's header)."""
+    path = shutil.which("bwrap")
+    if not path:
+        return None, "bubblewrap not installed (apt-get install bubblewrap): no network/filesystem jail"
+    probe = subprocess.run(
+        [
+            path,
+            "--ro-bind",
+            "/",
+            "/",
+            "--dev",
+            "/dev",
+            "--proc",
+            "/proc",
+            "--unshare-net",
+            "--unshare-pid",
+            "true",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    if probe.returncode != 0:
+        return None, f"bubblewrap cannot create namespaces here ({probe.stderr.strip()[:120]}): no jail"
+    return path, "bubblewrap: no network, read-only filesystem outside the candidate's dir"
+
+
+@functools.lru_cache(maxsize=1)
+def pids_cgroup_root() -> Path | None:
+    for root in (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup")):
+        if (root / "cgroup.procs").exists() and os.access(root, os.W_OK):
+            probe = root / f"kope-probe-{os.getpid()}"
+            try:
+                probe.mkdir()
+                ok = (probe / "pids.max").exists()
+                probe.rmdir()
+            except OSError:
+                continue
+            if ok:
+                return root
+    return None
+
+
+def isolation_summary() -> list[str]:
+    jail, why = bubblewrap()
+    lines = [why]
+    lines.append(
+        "pids cgroup: fork bombs contained"
+        if pids_cgroup_root()
+        else "no writable pids cgroup: RLIMIT_NPROC only (ignored for root), fork bombs are not contained"
+    )
+    return lines
+
+
+def run(
+    cmd: Sequence[str], work: Path, env: Mapping[str, str], limits: Limits, writable: Sequence[Path] = ()
+) -> Finished:
+    """Run `cmd` jailed in `work`; never raises for anything the child does."""
+    jail, _ = bubblewrap()
+    full = list(cmd)
+    if jail:
+        binds = [a for p in (work, *writable) for a in ("--bind", str(p), str(p))]
+        full = [
+            jail,
+            "--ro-bind",
+            "/",
+            "/",
+            "--dev",
+            "/dev",
+            "--proc",
+            "/proc",
+            *binds,
+            "--unshare-net",
+            "--unshare-pid",
+            "--die-with-parent",
+            "--chdir",
+            str(work),
+            "--",
+            *cmd,
+        ]
+    cgroup = _make_cgroup(limits.processes)
+
+    def confine() -> None:  # runs in the child between fork and exec
+        os.setsid()
+        if cgroup is not None:
+            (cgroup / "cgroup.procs").write_text(str(os.getpid()))
+        for res, value in (
+            (resource.RLIMIT_CPU, limits.cpu_s),
+            (resource.RLIMIT_AS, limits.address_space),
+            (resource.RLIMIT_FSIZE, limits.file_size),
+            (resource.RLIMIT_NPROC, limits.processes),
+            (resource.RLIMIT_CORE, 0),
+        ):
+            resource.setrlimit(res, (value, value))
+
+    log = work / "child.log"
+    start = time.monotonic()
+    timed_out = False
+    with open(log, "wb") as sink:
+        proc = subprocess.Popen(
+            full,
+            cwd=work,
+            env=dict(env),
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            preexec_fn=confine,
+        )  # noqa: PLW1509
+        try:
+            proc.wait(timeout=limits.wall_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        _kill_all(proc.pid, cgroup)
+        proc.wait()
+    _remove_cgroup(cgroup)
+    output = log.read_bytes()[-20000:].decode(errors="replace")
+    return Finished(proc.returncode, timed_out, time.monotonic() - start, output)
+
+
+def _kill_all(pgid: int, cgroup: Path | None) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    if cgroup is not None:  # stragglers that left the process group (setsid in a fork bomb)
+        for _ in range(50):
+            pids = (cgroup / "cgroup.procs").read_text().split()
+            if not pids:
+                break
+            for pid in pids:
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.02)
+
+
+def _make_cgroup(max_pids: int) -> Path | None:
+    root = pids_cgroup_root()
+    if root is None:
+        return None
+    path = root / f"kope-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    try:
+        path.mkdir()
+        (path / "pids.max").write_text(str(max_pids))
+    except OSError:
+        return None
+    return path
+
+
+def _remove_cgroup(path: Path | None) -> None:
+    if path is not None:
+        for _ in range(50):
+            try:
+                path.rmdir()
+                return
+            except OSError:
+                time.sleep(0.02)

@@ -1,0 +1,196 @@
+"""The pytest plugin: options, the `kope` marker and the fixtures. Thin: everything else is delegated.
+
+Without `--kope-optimize` it only serves fixtures to tests that ask for them, so plain runs cost nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import zlib
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from .operator import MARKER, is_performance_test, operator_of
+
+if TYPE_CHECKING:
+    from .candidate import Candidate
+    from .judge.bench import Bench, BenchSession
+    from .judge.guards import GuardedKernel
+    from .operator import Operator
+
+SEED = pytest.StashKey[int]()
+BENCH = pytest.StashKey["BenchSession"]()
+BUILT = pytest.StashKey[dict]()
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    from . import hookspecs
+
+    pluginmanager.add_hookspecs(hookspecs)
+
+
+def _option(
+    group: Any, parser: pytest.Parser, name: str, help: str, ini_type: str | None = "string", **kwargs: Any
+) -> None:
+    """A `--kope-x` option that, where `ini_type` is given, is also the ini option `kope_x`."""
+    group.addoption(f"--{name}", dest=name.replace("-", "_"), help=help, **kwargs)
+    if ini_type:
+        parser.addini(name.replace("-", "_"), help=help.split(";")[0], type=ini_type, default=None)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    g = parser.getgroup("kope", "kernel optimization (pytest-kope)")
+    g.addoption(
+        "--kope-optimize",
+        action="store_true",
+        dest="kope_optimize",
+        help="optimize the kernels of the selected operators instead of only testing them",
+    )
+    _option(g, parser, "kope-budget", "evaluations per operator (default 24)", type=int)
+    _option(
+        g,
+        parser,
+        "kope-agent",
+        "who proposes candidates: auto (claude when ANTHROPIC_API_KEY is set, else "
+        "tuner), tuner, claude, replay:DIR (default auto)",
+    )
+    _option(g, parser, "kope-model", "model for the claude agent (default: $KOPE_MODEL or claude-sonnet-4-5)")
+    _option(g, parser, "kope-max-tokens", "cap on LLM tokens (input+output) for the whole run", type=int)
+    _option(g, parser, "kope-db", "experience graph file (default <rootdir>/.kope/experience.db)")
+    _option(g, parser, "kope-branch-prefix", "branch prefix for verified winners (default kope/)")
+    g.addoption(
+        "--kope-no-commit",
+        action="store_true",
+        dest="kope_no_commit",
+        help="do not commit winners to git branches (report only)",
+    )
+    _option(g, parser, "kope-report", "also write the run's JSON report to this path", ini_type=None)
+    _option(
+        g,
+        parser,
+        "kope-seed",
+        "seed of the `rng` fixture (default: fresh each run, shown in the header)",
+        ini_type=None,
+        type=int,
+    )
+    _option(
+        g, parser, "kope-seeds", "seeds each candidate's correctness tests run with (default 2)", type=int
+    )
+    _option(
+        g,
+        parser,
+        "kope-min-gain",
+        "smallest speedup counted as a gain beyond noise (default 0.05 = 5%)",
+        type=float,
+    )
+    _option(g, parser, "kope-timeout", "seconds a candidate's test process may run (default 120)", type=float)
+    _option(g, parser, "kope-jobs", "parallel correctness workers (default: number of cores)", type=int)
+    _option(
+        g, parser, "kope-devices", "accelerator devices for performance judging, e.g. 0,1 (default: auto)"
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        f"{MARKER}(name, source, family=None, toolchain=None): the operator this module's tests judge and its "
+        "kernel source (relative to the test file)",
+    )
+    config.addinivalue_line("markers", "kope_perf: a performance test of a kope operator (set automatically)")
+    from . import agents, toolchains
+
+    config.pluginmanager.register(toolchains, "kope-toolchains")
+    config.pluginmanager.register(agents, "kope-agents")
+    seed = config.getoption("kope_seed")
+    config.stash[SEED] = seed if seed is not None else random.SystemRandom().randrange(1 << 31)
+    config.stash[BUILT] = {}
+    if config.getoption("kope_optimize") and not hasattr(config, "workerinput"):
+        from .workflow import KopeSession
+
+        config.pluginmanager.register(KopeSession(config), "kope-session")
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"kope: rng seed {config.stash[SEED]} (replay with --kope-seed {config.stash[SEED]})"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if is_performance_test(item) and operator_of(item) is not None:
+            item.add_marker(pytest.mark.kope_perf)
+
+
+def _bench_session(config: pytest.Config) -> BenchSession:
+    if BENCH not in config.stash:
+        from .judge.bench import BenchSession
+
+        config.stash[BENCH] = BenchSession()
+    return config.stash[BENCH]
+
+
+@pytest.fixture
+def kope_seed(request: pytest.FixtureRequest) -> int:
+    """The seed of this test's random inputs (a judging child parametrizes it over several seeds)."""
+    return int(getattr(request, "param", request.config.stash[SEED]))
+
+
+@pytest.fixture
+def rng(request: pytest.FixtureRequest, kope_seed: int):
+    """A numpy Generator, fresh every run (the seed is in the header), distinct for every test."""
+    import numpy as np
+
+    return np.random.default_rng([kope_seed, zlib.crc32(request.node.nodeid.encode())])
+
+
+@pytest.fixture
+def kope_operator(request: pytest.FixtureRequest) -> Operator:
+    """The operator named by the module's `pytest.mark.kope(...)`."""
+    op = operator_of(request.node)
+    if op is None:
+        raise pytest.UsageError(
+            f'{request.node.nodeid} uses the kernel fixture but has no pytest.mark.kope("name", source="file")'
+        )
+    return op
+
+
+@pytest.fixture
+def kope_candidate(request: pytest.FixtureRequest, kope_operator: Operator) -> Candidate:
+    """The candidate under test: the committed kernel, or the one a judging child was given."""
+    return getattr(request, "param", None) or kope_operator.baseline()
+
+
+@pytest.fixture
+def kernel(
+    request: pytest.FixtureRequest, kope_operator: Operator, kope_candidate: Candidate
+) -> GuardedKernel:
+    """The operator's kernel, built by its toolchain; calls are checked by the oracle guards."""
+    from .judge.building import build_cached
+    from .judge.guards import GuardedKernel
+
+    return GuardedKernel(build_cached(request.config, kope_operator, kope_candidate))
+
+
+@pytest.fixture
+def kope_bench(request: pytest.FixtureRequest, kernel: GuardedKernel) -> Bench:
+    """Time a kernel call: `kope_bench(kernel.softmax, x, y, rows, cols)`; marks the test as a performance test."""
+    from .judge.bench import Bench
+    from .judge.building import toolchain_of
+
+    timer = toolchain_of(request.config, kernel.kernel.candidate.toolchain).timer()
+    return Bench(request.node.nodeid, timer, _bench_session(request.config), pytest.skip)
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    session = config.stash.get(BENCH, None)
+    if session is None or not session.plain:
+        return
+    from .report import bench_table
+
+    terminalreporter.write_sep("-", "kope: kernel timings (median per call)")
+    terminalreporter.write_line(bench_table(session.plain))
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    os.environ.setdefault("OMP_WAIT_POLICY", "passive")

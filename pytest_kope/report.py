@@ -1,0 +1,198 @@
+"""What a person reads: the plain-run timing table, the optimize table, report.json and report.md."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tabulate import tabulate
+
+
+def seconds(s: float | None) -> str:
+    if s is None:
+        return "-"
+    for unit, scale in (("s", 1), ("ms", 1e-3), ("us", 1e-6)):
+        if s >= scale:
+            return f"{s / scale:.3g} {unit}"
+    return f"{s / 1e-9:.3g} ns"
+
+
+def bench_table(records: list[Any]) -> str:
+    rows = [
+        (
+            r.test,
+            seconds(r.stats.median),
+            f"±{seconds(r.stats.iqr / 2)}",
+            r.stats.rounds,
+            r.stats.iterations,
+            f"{r.bytes_moved / r.stats.median / 1e9:.1f}" if r.bytes_moved else "-",
+        )
+        for r in records
+    ]
+    return tabulate(rows, headers=["test", "median", "IQR/2", "rounds", "calls/round", "GB/s"])
+
+
+def _lineage(best: Any, history: list[Any]) -> list[Any]:
+    by_hash = {j.candidate.hash: j for j in history}
+    chain, seen = [best], {best.candidate.hash}
+    while chain[-1].candidate.parent in by_hash and chain[-1].candidate.parent not in seen:
+        seen.add(chain[-1].candidate.parent)
+        chain.append(by_hash[chain[-1].candidate.parent])
+    return list(reversed(chain))
+
+
+def operator_summary(
+    op: Any,
+    baseline: Any,
+    best: Any,
+    verified: bool,
+    evaluations: int,
+    evaluations_to_best: int,
+    history: list[Any],
+    branch: str | None,
+    commit: str | None,
+    note: str,
+    seconds_spent: float,
+) -> dict[str, Any]:
+    """One operator's entry in report.json."""
+    baseline_s = baseline.time_s
+    improved = best is not baseline and best.timings
+    best_s = best.time_s if improved else baseline_s
+    return {
+        "name": op.name,
+        "family": op.family,
+        "toolchain": op.toolchain,
+        "source": str(op.source),
+        "baseline_s": baseline_s,
+        "best_s": best_s,
+        "speedup": (best.speedup or 1.0) if improved else 1.0,
+        "evaluations": evaluations,
+        "evaluations_to_best": evaluations_to_best,
+        "verified": verified,
+        "branch": branch,
+        "commit": commit,
+        "best": {"id": best.candidate.hash, "idea": best.candidate.idea, "params": best.candidate.params},
+        "note": note,
+        "seconds": round(seconds_spent, 1),
+        "outcomes": _count(j.outcome.value for j in history),
+        "candidates": [
+            {
+                "id": j.candidate.hash,
+                "agent": j.candidate.agent,
+                "idea": j.candidate.idea,
+                "params": j.candidate.params,
+                "parent": j.candidate.parent,
+                "outcome": j.outcome.value,
+                "ratio": j.ratio,
+                "ratio_low": j.ratio_low,
+                "speedup": j.speedup,
+                "time_s": j.time_s,
+                "failures": [f[:500] for f in j.failures[:3]],
+                "notes": j.notes[:3],
+            }
+            for j in history
+        ],
+    }
+
+
+def _count(values: Any) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for v in values:
+        out[v] = out.get(v, 0) + 1
+    return out
+
+
+FINAL_HEADERS = ["operator", "baseline", "best", "speedup", "evaluations", "to best", "verified", "branch"]
+
+
+def final_table(operators: list[dict[str, Any]], fmt: str = "simple") -> str:
+    rows = []
+    for o in operators:
+        if "error" in o:
+            rows.append((o["name"], "-", "-", "-", "-", "-", "no", f"error: {o['error'][:60]}"))
+            continue
+        rows.append(
+            (
+                o["name"],
+                seconds(o["baseline_s"]),
+                seconds(o["best_s"]),
+                f"{o['speedup']:.2f}x",
+                o["evaluations"],
+                o["evaluations_to_best"],
+                "yes" if o["verified"] else "no",
+                o["branch"] or "-",
+            )
+        )
+    return tabulate(rows, headers=FINAL_HEADERS, tablefmt=fmt)
+
+
+def write(run_dir: Any, data: dict[str, Any], extra_json: str | None = None) -> tuple[Any, Any]:
+    import json
+    from pathlib import Path
+
+    run_dir = Path(run_dir)
+    js = run_dir / "report.json"
+    js.write_text(json.dumps(data, indent=1, default=str))
+    if extra_json:
+        Path(extra_json).write_text(json.dumps(data, indent=1, default=str))
+    md = run_dir / "report.md"
+    lines = [
+        f"# pytest-kope run {data['run_id']}",
+        "",
+        f"Hardware: {data.get('hardware_name', '')}  ",
+        f"Agent: {data['agent']}, budget {data['budget']}",
+        "",
+        final_table(data["operators"], fmt="github"),
+        "",
+    ]
+    for o in data["operators"]:
+        if o.get("note"):
+            lines.append(f"- **{o['name']}**: {o['note']}")
+    if data.get("usage"):
+        lines += ["", "## Agent usage", "", "```", json.dumps(data["usage"], indent=1, default=str), "```"]
+    md.write_text("\n".join(lines) + "\n")
+    return js, md
+
+
+def commit_message(
+    op: Any, winner: Any, baseline: Any, history: list[Any], run_id: str, hardware: str
+) -> str:
+    """Subject, table, tests, idea, lineage and trailers, as DESIGN.md fixes them."""
+    speedup = winner.speedup or winner.ratio or 1.0
+    rows = [
+        (
+            t.test.split("::")[-1],
+            seconds(t.reference_s),
+            seconds(t.candidate_s),
+            f"{t.ratio:.2f}x [{t.ratio_low:.2f}, {t.ratio_high:.2f}]",
+        )
+        for t in winner.timings
+    ]
+    lineage = " -> ".join(
+        f"{j.candidate.short} ({j.candidate.idea})" if j is not baseline else "baseline"
+        for j in _lineage(winner, [baseline, *history])
+    )
+    params = " ".join(f"{k}={v}" for k, v in sorted(winner.candidate.params.items()))
+    tests = "\n".join(f"- {t}" for t in winner.tests_passed) or "- (none recorded)"
+    return "\n".join(
+        [
+            f"kope({op.name}): {speedup:.2f}x faster on {hardware}",
+            "",
+            f"Idea: {winner.candidate.idea} (agent {winner.candidate.agent}).",
+            "",
+            "Paired timing against the committed kernel, interleaved rounds, median ratio [95% bound]:",
+            "",
+            tabulate(rows, headers=["test", "baseline", "winner", "ratio"], tablefmt="github"),
+            "",
+            f"Correctness tests passed in a fresh process with fresh random inputs ({len(winner.tests_passed)}):",
+            tests,
+            "",
+            f"Parameters: {params or '(none)'}",
+            f"Lineage: {lineage}",
+            "",
+            f"Kope-Run: {run_id}",
+            f"Kope-Speedup: {speedup:.2f}",
+            f"Kope-Hardware: {hardware}",
+            f"Kope-Candidate: {winner.candidate.hash}",
+            "",
+        ]
+    )

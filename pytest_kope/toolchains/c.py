@@ -1,0 +1,220 @@
+"""The `c` toolchain: C/C++ kernels built by the system compiler into a shared library, loaded with cffi.
+
+The library is cached by content hash (source, params, flags, compiler version), so a rerun of the
+same candidate costs nothing. Array arguments are numpy arrays whose dtype must match the prototype.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import re
+import shlex
+import shutil
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ..candidate import Candidate
+from ..errors import BuildError, SpecError
+from ..hardware import cpu_fingerprint
+from ..spec import FLAGS, KernelSpec
+from .base import IN, INOUT, OUT, SCALAR, Arg, Availability, Kernel, KernelFunction, Timer
+
+BASE_FLAGS = ["-shared", "-fPIC", "-fopenmp"]
+_C_STD = {".c": ["-std=gnu11"], ".cc": ["-std=gnu++17"], ".cpp": ["-std=gnu++17"], ".cxx": ["-std=gnu++17"]}
+_NUMPY_OF = {
+    "float": "float32", "double": "float64", "int": "int32", "int32_t": "int32", "int64_t": "int64",
+    "long": "int64", "uint8_t": "uint8", "int8_t": "int8", "short": "int16", "uint16_t": "uint16",
+    "unsigned": "uint32", "uint32_t": "uint32", "size_t": "uint64",
+}  # fmt: skip
+# Calls a kernel has no business making: process, file, network, environment, dynamic loading.
+# A source that names one of them is rejected before it is built (README: "Threat model").
+FORBIDDEN_CALLS = (
+    "system", "popen", "fork", "vfork", "clone", "execl", "execle", "execlp", "execv", "execve", "execvp",
+    "posix_spawn", "socket", "connect", "bind", "fopen", "freopen", "open", "openat", "creat", "unlink",
+    "unlinkat", "remove", "rename", "rmdir", "mkdir", "getenv", "secure_getenv", "setenv", "putenv",
+    "dlopen", "dlsym", "syscall", "ptrace", "kill", "mmap", "mprotect", "chdir", "pthread_create",
+    "environ", "__environ",
+)  # fmt: skip
+_FORBIDDEN_RE = re.compile(r"\b(" + "|".join(FORBIDDEN_CALLS) + r")\b\s*(\(|;|\[)")
+_ASM_RE = re.compile(r"\b(__asm__|asm)\b\s*(volatile\s*)?\(\s*\"[^\"]*\bsyscall\b")
+
+
+@functools.lru_cache(maxsize=4)
+def compiler_version(cc: str) -> str:
+    try:
+        out = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return out.splitlines()[0] if out else ""
+
+
+def parse_prototype(proto: str) -> tuple[str, tuple[Arg, ...], list[str]]:
+    """('softmax', args with roles, numpy dtypes of pointer args) from a C prototype."""
+    m = re.match(r"^\s*[\w\s\*]+?\b(\w+)\s*\((.*)\)\s*$", proto)
+    if not m:
+        raise SpecError(
+            f"cannot read kernel prototype {proto!r}; write `kope: kernel void f(const float *x, ...)`"
+        )
+    name, params = m.group(1), m.group(2).strip()
+    args, dtypes = [], []
+    if params and params != "void":
+        for i, p in enumerate(params.split(",")):
+            p = " ".join(p.split())
+            pm = re.match(r"^(const\s+)?([\w\s]+?)\s*(\*?)\s*(?:restrict\s+|__restrict__\s+)?(\w+)?$", p)
+            if not pm:
+                raise SpecError(f"cannot read parameter {p!r} of kernel {name}")
+            const, ctype, star, pname = (
+                pm.group(1),
+                pm.group(2).strip(),
+                pm.group(3),
+                pm.group(4) or f"arg{i}",
+            )
+            ctype = ctype.replace("const", "").strip()
+            if star:
+                dtypes.append(_NUMPY_OF.get(ctype.split()[-1], ""))
+            args.append(Arg(pname, (IN if const else OUT) if star else SCALAR))
+    return name, tuple(args), dtypes
+
+
+class CToolchain:
+    name = "c"
+    extensions = (".c", ".cc", ".cpp", ".cxx")
+
+    def __init__(self, cc: str | None = None, cxx: str | None = None):
+        self.cc = cc or os.environ.get("CC", "gcc")
+        self.cxx = cxx or os.environ.get("CXX", "g++")
+
+    def availability(self) -> Availability:
+        path = shutil.which(self.cc)
+        if not path:
+            return Availability(False, f"no C compiler {self.cc!r} on PATH (install gcc or set CC)")
+        return Availability(True, compiler_version(self.cc) or path)
+
+    def fingerprint(self) -> dict[str, Any]:
+        return {**cpu_fingerprint(), "toolchain": "c", "compiler": compiler_version(self.cc)}
+
+    def screen(self, candidate: Candidate) -> list[str]:
+        text = _strip_comments(candidate.source)
+        found = sorted({m.group(1) for m in _FORBIDDEN_RE.finditer(text)})
+        reasons = [
+            f"calls {name}() (process/file/network/environment APIs are not allowed)" for name in found
+        ]
+        if _ASM_RE.search(text):
+            reasons.append("issues a raw syscall from inline assembly")
+        return reasons
+
+    def build(self, candidate: Candidate, spec: KernelSpec, build_dir: Path) -> Kernel:
+        lib_path, log = self._compile(candidate, Path(build_dir))
+        return self._load(candidate, spec, lib_path, log)
+
+    def command(self, candidate: Candidate, src: Path, out: Path) -> list[str]:
+        """The compiler command line for a candidate (public so reports and tests can show it)."""
+        suffix = Path(candidate.filename).suffix
+        cc = self.cc if suffix == ".c" else self.cxx
+        flags = shlex.split(str(candidate.params.get(FLAGS, "-O2")))
+        defines = [f"-D{k}={v}" for k, v in sorted(candidate.params.items()) if k != FLAGS]
+        return [cc, *BASE_FLAGS, *_C_STD.get(suffix, []), *flags, *defines, str(src), "-o", str(out), "-lm"]
+
+    def timer(self) -> Timer:
+        return Timer()
+
+    def environment(self) -> Mapping[str, str]:
+        # OpenMP workers that spin make timings swing several-fold on a loaded small machine.
+        return {"OMP_WAIT_POLICY": "passive"}
+
+    def _compile(self, candidate: Candidate, build_dir: Path) -> tuple[Path, str]:
+        probe = self.command(candidate, Path("src"), Path("out"))
+        key = hashlib.sha256(
+            "\0".join([candidate.source, *probe, compiler_version(probe[0])]).encode()
+        ).hexdigest()[:20]
+        target = build_dir / key
+        lib = target / "kernel.so"
+        if lib.exists():
+            return lib, (target / "build.log").read_text() if (target / "build.log").exists() else ""
+        build_dir.mkdir(parents=True, exist_ok=True)
+        tmp = build_dir / f".{key}.{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        src = tmp / Path(candidate.filename).name
+        src.write_text(candidate.source)
+        cmd = self.command(candidate, src, tmp / "kernel.so")
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp)
+        except subprocess.TimeoutExpired:
+            raise BuildError(candidate.filename, "compiler timed out after 300 s") from None
+        log = (proc.stdout + proc.stderr).replace(str(tmp) + "/", "")
+        if proc.returncode != 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise BuildError(candidate.filename, f"$ {shlex.join(cmd).replace(str(tmp) + '/', '')}\n{log}")
+        (tmp / "build.log").write_text(log)
+        try:
+            tmp.rename(target)
+        except OSError:  # another process built the same key first: use theirs
+            shutil.rmtree(tmp, ignore_errors=True)
+        return lib, log
+
+    def _load(self, candidate: Candidate, spec: KernelSpec, lib_path: Path, log: str) -> Kernel:
+        import cffi
+
+        if not spec.kernels:
+            raise SpecError(
+                f"{candidate.filename} declares no kernels; add a line like "
+                "`// kope: kernel void f(const float *x, float *y, int n)`"
+            )
+        ffi = cffi.FFI()
+        try:
+            ffi.cdef("\n".join(k.rstrip(";") + ";" for k in spec.kernels))
+        except cffi.CDefError as e:
+            raise SpecError(f"{candidate.filename}: cannot read the kernel prototypes: {e}") from None
+        lib = ffi.dlopen(str(lib_path))
+        functions = {}
+        for proto in spec.kernels:
+            name, args, dtypes = parse_prototype(proto)
+            args = tuple(Arg(a.name, INOUT) if a.name in spec.inplace and a.role == OUT else a for a in args)
+            try:
+                fn = getattr(lib, name)
+            except AttributeError:
+                raise BuildError(candidate.filename, f"the library does not export kernel {name}()") from None
+            functions[name] = KernelFunction(name, _numpy_caller(ffi, fn, name, args, dtypes), args)
+        return Kernel(candidate, functions, build_log=log, extra={"library": str(lib_path), "ffi": ffi})
+
+
+def _numpy_caller(ffi: Any, fn: Any, name: str, args: tuple[Arg, ...], dtypes: list[str]):
+    """Wrap a cffi function so it takes numpy arrays for pointers, checking dtype and contiguity."""
+    import numpy as np
+
+    pointer_dtypes = iter(dtypes)
+    plan = [(a, next(pointer_dtypes) if a.role != SCALAR else None) for a in args]
+
+    def call(*values):
+        if len(values) != len(plan):
+            raise TypeError(f"{name}() takes {len(plan)} arguments ({len(values)} given)")
+        converted = []
+        for (arg, dtype), value in zip(plan, values):
+            if dtype is None:
+                converted.append(value.item() if hasattr(value, "item") else value)
+                continue
+            if not isinstance(value, np.ndarray):
+                raise TypeError(
+                    f"{name}(): argument {arg.name} must be a numpy array, got {type(value).__name__}"
+                )
+            if dtype and value.dtype != np.dtype(dtype):
+                raise TypeError(f"{name}(): argument {arg.name} must be {dtype}, got {value.dtype}")
+            if not value.flags.c_contiguous:
+                raise TypeError(
+                    f"{name}(): argument {arg.name} must be C-contiguous (use np.ascontiguousarray)"
+                )
+            converted.append(ffi.cast("void *", value.ctypes.data))
+        return fn(*converted)
+
+    call.__name__ = name
+    return call
+
+
+def _strip_comments(text: str) -> str:
+    text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
+    return re.sub(r"//[^\n]*", " ", text)

@@ -1,0 +1,426 @@
+"""The loop, per operator: baseline, recall, propose, judge, remember, repeat; then verify and commit.
+
+Registered as the `KopeSession` plugin only under `--kope-optimize`; it replaces the test run loop.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import time
+import uuid
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from . import report
+from .agents.base import Context, OperatorInfo
+from .candidate import Candidate
+from .errors import BaselineBroken, ConfigError, KopeError
+from .hardware import describe
+from .judge import sandbox
+from .judge.building import toolchain_of
+from .judge.outcome import Judged, Outcome
+from .judge.runner import Judge, Plan
+from .judge.stats import PairedRatio
+from .operator import Operator, is_performance_test, operator_of
+from .paths import ensure_kope_dir, kope_dir
+
+
+def _setting(config: pytest.Config, name: str, default: Any) -> Any:
+    value = config.getoption(name)
+    if value is None:
+        try:
+            value = config.getini(name)
+        except ValueError:
+            value = None
+    return default if value in (None, "") else value
+
+
+@dataclass
+class OperatorRun:
+    op: Operator
+    items: list[pytest.Item]
+    summary: dict[str, Any] = field(default_factory=dict)
+
+
+class KopeSession:
+    """The optimize-mode plugin: owns the graph, the agent, the judge and the report."""
+
+    def __init__(self, config: pytest.Config):
+        self.config = config
+        self.run_id = datetime.datetime.now().strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
+        self.budget = int(_setting(config, "kope_budget", 24))
+        self.agent_name = str(_setting(config, "kope_agent", "auto"))
+        self.min_gain = float(_setting(config, "kope_min_gain", 0.05))
+        self.seeds = int(_setting(config, "kope_seeds", 2))
+        self.timeout = float(_setting(config, "kope_timeout", 120.0))
+        self.jobs = int(_setting(config, "kope_jobs", len(os.sched_getaffinity(0))))
+        self.prefix = str(_setting(config, "kope_branch_prefix", "kope/"))
+        self.no_commit = bool(config.getoption("kope_no_commit"))
+        if self.budget < 1:
+            raise pytest.UsageError(f"--kope-budget must be at least 1, got {self.budget}")
+        self.operators: OrderedDict[str, OperatorRun] = OrderedDict()
+        self.broken: list[str] = []
+        self.tw = None
+
+    # -- pytest hooks --------------------------------------------------------------------------
+    def pytest_configure(self, config: pytest.Config) -> None:
+        try:
+            self.agent = config.hook.pytest_kope_make_agent(name=self.agent_name, config=config)
+        except ConfigError as e:
+            raise pytest.UsageError(str(e)) from None
+        if self.agent is None:
+            raise pytest.UsageError(
+                f"--kope-agent {self.agent_name}: no such agent (tuner, claude, replay:DIR)"
+            )
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(
+        self, session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
+    ) -> None:
+        for item in items:
+            op = operator_of(item)
+            if op is not None:
+                self.operators.setdefault(op.name, OperatorRun(op, [])).items.append(item)
+
+    def pytest_runtestloop(self, session: pytest.Session) -> bool:
+        if session.config.option.collectonly:
+            return False
+        self.tw = session.config.pluginmanager.get_plugin("terminalreporter")
+        self._start(session)
+        failed = 0
+        for run in self.operators.values():
+            try:
+                run.summary = self._optimize(run)
+            except BaselineBroken as e:
+                self.say(f"kope {run.op.name}: STOPPED: {e}", red=True)
+                run.summary = {"name": run.op.name, "error": str(e), "verified": False}
+                failed += 1
+            except KopeError as e:
+                self.say(f"kope {run.op.name}: STOPPED: {e}", red=True)
+                run.summary = {"name": run.op.name, "error": str(e), "verified": False}
+                failed += 1
+            self.config.hook.pytest_kope_operator_done(
+                operator=run.op.name, summary=run.summary, config=self.config
+            )
+        session.testsfailed = failed
+        self._finish()
+        return True
+
+    # -- setup -----------------------------------------------------------------------------------
+    def _start(self, session: pytest.Session) -> None:
+        from .memory.graph import Graph
+        from .vcs import Vcs
+
+        base = kope_dir(self.config)
+        db = _setting(self.config, "kope_db", None)
+        self.graph = Graph(Path(db) if db else base / "experience.db")
+        self.run_dir = ensure_kope_dir(base) / "runs" / self.run_id
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.vcs = None if self.no_commit else Vcs.find(Path(str(self.config.rootpath)))
+        if self.vcs is not None:
+            for path in self.vcs.prune_stale_worktrees():
+                self.say(f"kope: removed a worktree a killed run left behind: {path}")
+        self.say(
+            f"kope: run {self.run_id}, agent {self.agent_name} ({self.agent.name}), budget {self.budget} "
+            f"evaluations per operator, {len(self.operators)} operator(s)"
+        )
+        names = sorted(
+            {n for names in self.config.hook.pytest_kope_toolchain_names(config=self.config) for n in names}
+        )
+        self.availability = {}
+        for name in names:
+            try:
+                a = toolchain_of(self.config, name).availability()
+                self.availability[name] = {"available": a.ok, "reason": a.reason}
+            except Exception as e:  # a broken optional toolchain must not stop the C one
+                self.availability[name] = {"available": False, "reason": f"{type(e).__name__}: {e}"}
+            state = "available" if self.availability[name]["available"] else "unavailable"
+            self.say(f"kope: toolchain {name}: {state}: {self.availability[name]['reason']}")
+        for line in sandbox.isolation_summary():
+            self.say(f"kope: isolation: {line}")
+        hw = {}
+        for run in self.operators.values():
+            hw = toolchain_of(self.config, run.op.toolchain).fingerprint()
+            break
+        self.hardware = hw
+        self.graph.start_run(self.run_id, self.agent_name, hw)
+
+    def say(self, line: str, red: bool = False) -> None:
+        if self.tw is not None:
+            self.tw.write_line(line, red=red)
+
+    # -- one operator ----------------------------------------------------------------------------
+    def _plan(self, run: OperatorRun) -> tuple[Plan, Any]:
+        op = run.op
+        tc = toolchain_of(self.config, op.toolchain)
+        available = tc.availability()
+        if not available.ok:
+            raise KopeError(f"toolchain {tc.name} is unavailable here: {available.reason}")
+        files = sorted({Path(str(i.path)) for i in run.items})
+        correctness = [i.nodeid for i in run.items if not is_performance_test(i)]
+        performance = [i.nodeid for i in run.items if is_performance_test(i)]
+        if not correctness:
+            raise KopeError(
+                f"operator {op.name} has no correctness tests selected; nothing would judge a candidate"
+            )
+        plan = Plan(
+            op,
+            Path(str(self.config.rootpath)),
+            Path(str(self.config.inipath)) if self.config.inipath else None,
+            files,
+            correctness,
+            performance,
+            dict(tc.environment()),
+            sandbox.Limits(wall_s=self.timeout),
+            self.seeds,
+            self.jobs,
+            self.run_dir / op.name,
+        )
+        return plan, tc
+
+    def _optimize(self, run: OperatorRun) -> dict[str, Any]:
+        op = run.op
+        plan, tc = self._plan(run)
+        judge = Judge(plan, tc.screen)
+        timer = tc.timer()
+        can_time = timer.can_time and bool(plan.performance)
+        hw = tc.fingerprint()
+        task = self.graph.task_id(op.name, op.family, op.toolchain, hw)
+        started = time.monotonic()
+
+        baseline = judge.correctness([op.baseline()])[0]
+        if not baseline.outcome.correct:
+            raise BaselineBroken(
+                f"the committed kernel {op.source} fails its own correctness tests "
+                f"({baseline.outcome.value}): {(baseline.failures or ['?'])[0][:500]}"
+            )
+        baseline.speedup = 1.0
+        if can_time:
+            judge.performance(baseline, baseline.candidate)
+        else:
+            why = timer.why_not or "no performance test selected"
+            self.say(f"kope {op.name}: not timing: {why}; nothing will be committed")
+        baseline.outcome = Outcome.OK
+        self.graph.record(task, self.run_id, baseline)
+        incumbent = baseline
+        history: list[Judged] = []
+        evaluations = evaluations_to_best = 0
+        info = OperatorInfo(
+            op.name,
+            op.family,
+            op.toolchain,
+            op.source.name,
+            op.text,
+            op.spec.space,
+            op.spec.kernels,
+            {str(f): f.read_text() for f in plan.files},
+        )
+
+        known = self.graph.best(task) if can_time else None
+        prior = self.graph.judged(task, known["candidate_hash"]) if known else None
+        if prior is not None and prior.candidate.hash != baseline.candidate.hash:
+            resumed = prior.candidate
+            again = self._judge_batch(judge, [resumed], incumbent, baseline, can_time)[0]
+            evaluations += 1
+            history.append(again)
+            self.graph.record(task, self.run_id, again)
+            if again.outcome == Outcome.BETTER:
+                incumbent, evaluations_to_best = again, evaluations
+                self.say(
+                    f"kope {op.name}: resuming from the known best {resumed.short} ({again.speedup:.2f}x)"
+                )
+
+        def seen(h: str) -> bool:
+            return self.graph.lookup(task, h) is not None
+
+        stalls = 0
+        while evaluations < self.budget and can_time:
+            ctx = Context(
+                info,
+                hw,
+                baseline,
+                incumbent,
+                history,
+                self.budget - evaluations,
+                self._recaller(op, hw),
+                seen,
+            )
+            batch = self.agent.propose(ctx, min(max(2, plan.jobs * 2), self.budget - evaluations))
+            batch = [c for c in batch if not seen(c.hash)]
+            if not batch:
+                stalls += 1
+                if stalls >= 2:
+                    break
+                continue
+            judged = self._judge_batch(judge, batch, incumbent, baseline, can_time)
+            for j in judged:
+                evaluations += 1
+                history.append(j)
+                self.graph.record(task, self.run_id, j)
+                self.config.hook.pytest_kope_candidate_judged(operator=op.name, result=j, config=self.config)
+                if j.outcome == Outcome.BETTER:
+                    incumbent, evaluations_to_best = j, evaluations
+            self.graph.distill(task, self.run_id)
+            self.agent.observe(ctx, judged)
+            self.say(
+                f"kope {op.name}: {evaluations}/{self.budget} evaluations, best {incumbent.speedup:.2f}x "
+                f"({incumbent.candidate.short}: {incumbent.candidate.idea})"
+            )
+
+        summary = self._conclude(
+            op,
+            judge,
+            plan,
+            baseline,
+            incumbent,
+            history,
+            evaluations,
+            evaluations_to_best,
+            time.monotonic() - started,
+            hw,
+            task,
+        )
+        return summary
+
+    def _judge_batch(
+        self, judge: Judge, batch: list[Candidate], incumbent: Judged, baseline: Judged, can_time: bool
+    ) -> list[Judged]:
+        verdicts = judge.correctness(batch)
+        for j in verdicts:
+            if not j.outcome.correct or not can_time:
+                continue
+            judge.performance(j, incumbent.candidate)
+            if j.outcome == Outcome.SUSPECT or not j.timings:
+                continue
+            ratio = PairedRatio(j.ratio, j.ratio_low, j.ratio_low, len(j.timings))
+            j.speedup = (incumbent.speedup or 1.0) * j.ratio
+            if ratio.beats(self.min_gain):
+                j.outcome = Outcome.BETTER
+                incumbent = j
+        return verdicts
+
+    def _recaller(self, op: Operator, hw: dict):
+        from .memory.recall import RecallQuery
+
+        def recall(state: str = "", budget: int = 12):
+            query = RecallQuery(
+                operator=op.name,
+                family=op.family,
+                hardware=hw,
+                toolchain=op.toolchain,
+                state=state,
+                max_items=budget if budget <= 100 else 12,
+                max_tokens=budget if budget > 100 else None,
+            )
+            result = self.graph.recall(query)
+            self.graph.mark_used(self.run_id, op.name, result)
+            return result
+
+        return recall
+
+    def _conclude(
+        self,
+        op: Operator,
+        judge: Judge,
+        plan: Plan,
+        baseline: Judged,
+        incumbent: Judged,
+        history: list[Judged],
+        evaluations: int,
+        evaluations_to_best: int,
+        seconds: float,
+        hw: dict,
+        task: int,
+    ) -> dict[str, Any]:
+        verified = None
+        branch = commit = None
+        note = ""
+        if incumbent is not baseline:
+            self.say(
+                f"kope {op.name}: verifying {incumbent.candidate.short} in a fresh process against the baseline"
+            )
+            fresh = judge.correctness([incumbent.candidate])[0]
+            if fresh.outcome.correct:
+                judge.performance(fresh, baseline.candidate)
+            if fresh.outcome.correct and fresh.timings:
+                ratio = PairedRatio(fresh.ratio, fresh.ratio_low, fresh.ratio_low, len(fresh.timings))
+                verified = fresh if ratio.beats(self.min_gain) else None
+                note = (
+                    ""
+                    if verified
+                    else f"gain did not hold on re-run ({fresh.ratio:.2f}x, low {fresh.ratio_low:.2f})"
+                )
+            else:
+                note = f"failed verification: {fresh.outcome.value}: {(fresh.failures or [''])[0][:300]}"
+            if verified is not None:
+                verified.speedup = verified.ratio
+                if self.vcs is not None:
+                    branch, commit, why = self._commit(op, verified, baseline, history, hw)
+                    note = why
+        best = verified or incumbent
+        summary = report.operator_summary(
+            op,
+            baseline,
+            best,
+            verified is not None,
+            evaluations,
+            evaluations_to_best,
+            history,
+            branch,
+            commit,
+            note,
+            seconds,
+        )
+        if note:
+            self.say(f"kope {op.name}: {note}")
+        return summary
+
+    def _commit(
+        self, op: Operator, verified: Judged, baseline: Judged, history: list[Judged], hw: dict
+    ) -> tuple[str | None, str | None, str]:
+        from .spec import bake_defaults
+
+        branch = f"{self.prefix}{op.name}"
+        trailers = self.vcs.branch_trailers(branch)
+        if trailers.get("Kope-Candidate") == verified.candidate.hash:
+            return branch, None, f"{branch} already holds this winner; no new commit"
+        if trailers and trailers.get("_parent") == self.vcs.base:
+            try:
+                if float(trailers.get("Kope-Speedup", "0")) >= verified.speedup:
+                    return branch, None, f"{branch} already holds a winner at least as fast; no new commit"
+            except ValueError:
+                pass
+        text = bake_defaults(verified.candidate.source, verified.candidate.params)
+        message = report.commit_message(op, verified, baseline, history, self.run_id, describe(hw))
+        try:
+            done = self.vcs.commit(branch, op.source, text, message)
+        except Exception as e:  # git trouble must not lose the run's results
+            return None, None, f"could not commit to {branch}: {e}"
+        return done.branch, done.sha, f"committed {done.sha[:10]} to {done.branch}"
+
+    # -- the end ---------------------------------------------------------------------------------
+    def _finish(self) -> None:
+        usage = self.agent.usage() if hasattr(self.agent, "usage") else {}
+        self.graph.finish_run(self.run_id, usage)
+        data = {
+            "run_id": self.run_id,
+            "hardware": self.hardware,
+            "hardware_name": describe(self.hardware) if self.hardware else "",
+            "agent": self.agent_name,
+            "budget": self.budget,
+            "availability": self.availability,
+            "isolation": sandbox.isolation_summary(),
+            "usage": usage,
+            "operators": [r.summary for r in self.operators.values()],
+        }
+        paths = report.write(self.run_dir, data, self.config.getoption("kope_report"))
+        if self.tw is not None:
+            self.tw.write_sep("=", "kope: results")
+            self.tw.write_line(report.final_table(data["operators"]))
+            self.tw.write_line(f"kope: report {paths[0]} and {paths[1]}")
+        self.graph.close()
