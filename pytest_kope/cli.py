@@ -1,0 +1,161 @@
+"""`kope`: read and move the experience graph from the shell.
+
+    kope graph stats                 counts per table, per outcome, per agent
+    kope graph show OPERATOR         each task's attempts as a tree by parent links
+    kope lessons [--operator X] [--limit N]
+    kope export FILE.jsonl           the whole graph as JSON Lines
+    kope import FILE.jsonl           merge an export (importing twice adds nothing)
+
+`--db PATH` (before or after the command) names the graph; default ./.kope/experience.db.
+Errors print one line naming the file and what to do, and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sqlite3
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from tabulate import tabulate
+
+from .errors import KopeError
+
+DEFAULT_DB = Path(".kope") / "experience.db"
+
+
+def _parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--db", type=Path, default=argparse.SUPPRESS, help=f"experience graph (default ./{DEFAULT_DB})"
+    )
+    parser = argparse.ArgumentParser(
+        prog="kope", description="Inspect and exchange pytest-kope's experience graph.", parents=[common]
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    graph = sub.add_parser("graph", help="the graph: stats, or one operator's trajectory", parents=[common])
+    graph_sub = graph.add_subparsers(dest="graph_command", required=True, metavar="stats|show")
+    graph_sub.add_parser("stats", help="counts per table, outcome and agent", parents=[common])
+    show = graph_sub.add_parser(
+        "show", help="an operator's attempts as a tree by parent links", parents=[common]
+    )
+    show.add_argument("operator")
+    lessons = sub.add_parser("lessons", help="lessons learned, most valuable first", parents=[common])
+    lessons.add_argument("--operator", help="only lessons about this operator")
+    lessons.add_argument("--limit", type=int, default=20, help="at most this many (default 20)")
+    export = sub.add_parser("export", help="write the graph as JSON Lines", parents=[common])
+    export.add_argument("file", type=Path)
+    imp = sub.add_parser("import", help="merge a JSON Lines export into the graph", parents=[common])
+    imp.add_argument("file", type=Path)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    db_path: Path = getattr(args, "db", DEFAULT_DB)
+    try:
+        return _run(args, db_path)
+    except KopeError as e:
+        print(f"kope: {e}", file=sys.stderr)
+        return 2
+    except sqlite3.DatabaseError as e:
+        print(
+            f"kope: {db_path} is not a usable experience graph ({e}); pass the right file with --db",
+            file=sys.stderr,
+        )
+        return 2
+
+
+def _open(db_path: Path, create: bool = False) -> Any:
+    from .memory import Graph
+
+    if not create and not db_path.is_file():
+        raise KopeError(
+            f"no experience graph at {db_path}; run `pytest --kope-optimize` first, or pass --db PATH"
+        )
+    return Graph(db_path)
+
+
+def _run(args: argparse.Namespace, db_path: Path) -> int:
+    if args.command == "import":
+        if not args.file.is_file():
+            raise KopeError(f"cannot read {args.file}: no such file; pass a file written by `kope export`")
+        with _open(db_path, create=True) as graph:
+            added = graph.import_jsonl(args.file)
+        summary = ", ".join(f"{n} {k}" for k, n in sorted(added.items())) or "nothing new"
+        print(f"imported {args.file} into {db_path}: {summary}")
+        return 0
+    with _open(db_path) as graph:
+        if args.command == "export":
+            n = graph.export_jsonl(args.file)
+            print(f"exported {n} records from {db_path} to {args.file}")
+        elif args.command == "lessons":
+            _lessons(graph, args.operator, args.limit)
+        elif args.graph_command == "stats":
+            _stats(graph)
+        else:
+            return _show(graph, args.operator)
+    return 0
+
+
+def _stats(graph: Any) -> None:
+    stats = graph.stats()
+    print(f"experience graph {stats['path']}")
+    print(tabulate(sorted(stats["tables"].items()), headers=["table", "rows"]))
+    for title in ("outcomes", "agents", "operators"):
+        if stats[title]:
+            print()
+            print(tabulate(list(stats[title].items()), headers=[title[:-1], "attempts"]))
+
+
+def _fmt(x: float | None, suffix: str = "") -> str:
+    return "-" if x is None else f"{x:.2f}{suffix}"
+
+
+def _show(graph: Any, operator: str) -> int:
+    tasks = graph.tasks(operator)
+    if not tasks:
+        known = sorted({t["operator"] for t in graph.tasks()})
+        hint = f"known operators: {', '.join(known)}" if known else "the graph has no operators yet"
+        raise KopeError(f"no attempts for operator {operator!r} in {graph.path}; {hint}")
+    for task in tasks:
+        attempts = graph.attempts(task["id"])
+        best = graph.best(task["id"])
+        print(
+            f"{task['operator']} [{task['toolchain']}] on {task['hardware'] or task['hardware_id']}:"
+            f" {len(attempts)} attempts"
+        )
+        by_hash = {a["candidate_hash"]: a for a in attempts}
+        children: dict[str | None, list[dict[str, Any]]] = {}
+        for a in attempts:
+            parent = a["parent_hash"] if a["parent_hash"] in by_hash else None
+            children.setdefault(parent, []).append(a)
+        stack = [(a, 1) for a in reversed(children.get(None, []))]
+        while stack:  # iterative depth-first walk: long lineages must not hit the recursion limit
+            a, depth = stack.pop()
+            mark = "*" if best and best["candidate_hash"] == a["candidate_hash"] else " "
+            print(
+                f"{'  ' * depth}{mark}{a['candidate_hash'][:8]} {a['agent'] or '?'} {a['outcome']}"
+                f" ratio {_fmt(a['ratio'])} speedup {_fmt(a['speedup'], 'x')}"
+                + (f"  {a['idea']}" if a["idea"] else "")
+            )
+            stack.extend((c, depth + 1) for c in reversed(children.get(a["candidate_hash"], [])))
+    return 0
+
+
+def _lessons(graph: Any, operator: str | None, limit: int) -> None:
+    rows = graph.lessons(operator=operator, limit=limit)
+    if not rows:
+        print("no lessons yet" + (f" about {operator}" if operator else ""))
+        return
+    table = [
+        (f"{r['value']:.2f}", r["uses"], r["wins"], r["fails"], _fmt(r["effect"], "x"), r["text"])
+        for r in rows
+    ]
+    print(tabulate(table, headers=["value", "uses", "wins", "fails", "effect", "lesson"]))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
