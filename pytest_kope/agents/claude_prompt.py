@@ -1,0 +1,239 @@
+"""What the `claude` agent says to the model: system prompt, tool schemas, and the per-round prompt.
+
+The prompt has a fixed ceiling whatever the graph or the run's history grow to: every part that can
+grow (recalled experience, failures, build logs, earlier rounds) is clipped to its own budget here.
+The static part (system prompt, operator block) is identical from round to round, so prompt caching
+serves it after the first call.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from ..judge.outcome import Judged
+from .base import Context, OperatorInfo
+
+CHARS_PER_TOKEN = 4  # a conservative estimate for code and English; used for every size budget here
+SOURCE_CHARS = 40_000  # the committed kernel (and the incumbent, when it differs)
+TESTS_CHARS = 24_000  # all test sources together
+FAILURE_CHARS = 400  # one assertion message
+BUILD_LOG_CHARS = 800  # one build log
+RESULTS_SHOWN = 8  # verdicts of the last round shown in detail
+HISTORY_LINES = 24  # one-line summaries of earlier rounds
+LINE_CHARS = 240
+
+SYSTEM = """\
+You are a performance engineer optimizing one compute kernel of an operator repository. A harness \
+judges every candidate you submit with the repository's own tests: first all correctness tests \
+(with fresh random inputs and shapes you have not seen), then paired timings against the current \
+best kernel (the incumbent). Only a candidate that is correct and faster beyond measurement noise \
+replaces the incumbent.
+
+Work with the tools:
+- query_experience: ask the experience graph what was tried before (on this and similar operators, \
+on this hardware) and what helped or broke.
+- compile_draft: a quick syntax/compile check of a draft source; use it before submitting.
+- submit_candidate: submit one complete kernel source with a one-line idea. Submit several distinct \
+ideas when asked for several candidates.
+
+Rules (a candidate breaking them is rejected unjudged):
+- Submit the WHOLE source file, never a diff or a fragment.
+- Keep every `kope: kernel` declaration line and the exact prototype it declares: the tests call \
+those functions with those signatures.
+- No system, process, file, network or environment calls (system, popen, fork, exec*, fopen, open, \
+socket, getenv, dlopen, syscall and the like); no threads that outlive the call; leave the \
+floating-point state (rounding, FTZ/DAZ) as you found it.
+- Results must hold for every input the tests may use, not only the shapes you see.
+- You may declare a tuning space for your candidate with `kope:` header lines (`param NAME = a | b`, \
+`flags -O3 | -O3 -march=native`, `require EXPR`): the first value is what gets built; a tuner may \
+sweep the rest later.
+"""
+
+TOOLS: list[dict[str, Any]] = [
+    {
+        "name": "submit_candidate",
+        "description": (
+            "Submit one candidate kernel for judging. `source` is the complete source file, keeping the "
+            "`kope: kernel` declarations. `idea` says in one line what it changes and why it should be "
+            "faster. `tuning_space` optionally gives extra `kope:` header lines (param / flags / require), "
+            "one per line, declaring knobs of this candidate; they are added to the source's header."
+        ),
+        "input_schema": {
+            "type": "object",
+            "properties": {
+                "source": {"type": "string", "description": "the complete kernel source file"},
+                "idea": {"type": "string", "description": "one line: the change and why it helps"},
+                "tuning_space": {
+                    "type": "string",
+                    "description": "optional extra `kope:` lines, e.g. `kope: param BLOCK = 64 | 128`",
+                },
+            },
+            "required": ["source", "idea"],
+        },
+    },
+    {
+        "name": "query_experience",
+        "description": (
+            "Ask the experience graph a question (e.g. 'what failed when vectorizing softmax on AVX2?'). "
+            "Returns the most relevant recorded lessons and attempts, within a size budget."
+        ),
+        "input_schema": {
+            "type": "object",
+            "properties": {"question": {"type": "string"}},
+            "required": ["question"],
+        },
+    },
+    {
+        "name": "compile_draft",
+        "description": (
+            "Quick compile check of a complete draft source (syntax and types only, with the flags and "
+            "defines its header declares). Returns 'ok' or the compiler's messages."
+        ),
+        "input_schema": {
+            "type": "object",
+            "properties": {"source": {"type": "string", "description": "the complete draft source"}},
+            "required": ["source"],
+        },
+    },
+]
+
+NUDGE = (
+    "Please reply with a tool call: call submit_candidate with a complete kernel source and a one-line "
+    "idea (query_experience and compile_draft are there to help first). Replies without a tool call "
+    "are ignored."
+)
+
+
+def clip(text: str, limit: int) -> str:
+    """At most `limit` characters; a clipped text says how much was left out."""
+    text = text or ""
+    if len(text) <= limit:
+        return text
+    return text[: max(0, limit - 40)].rstrip() + f"\n[... {len(text) - limit + 40} chars clipped]"
+
+
+def language(filename: str) -> str:
+    return {".c": "c", ".h": "c", ".cc": "cpp", ".cpp": "cpp", ".cu": "cuda", ".py": "python"}.get(
+        filename[filename.rfind(".") :] if "." in filename else "", ""
+    )
+
+
+def system_blocks() -> list[dict[str, Any]]:
+    return [{"type": "text", "text": SYSTEM, "cache_control": {"type": "ephemeral"}}]
+
+
+def static_block(op: OperatorInfo, hardware: dict[str, Any]) -> dict[str, Any]:
+    """The operator: committed source, tests, contract, hardware. The same text every round (cached)."""
+    lang = language(op.filename)
+    parts = [
+        f"# Operator `{op.name}` (family {op.family}, toolchain {op.toolchain})",
+        "",
+        "## Contract: the kernel prototypes every candidate must declare and implement, unchanged",
+        *(f"- `{k}`" for k in op.kernels),
+        "",
+        "## Hardware",
+        clip(json.dumps(hardware, sort_keys=True, default=str), 2_000),
+        "",
+        f"## Committed kernel source `{op.filename}`",
+        f"```{lang}\n{clip(op.source, SOURCE_CHARS)}\n```",
+        "",
+        "## The tests that judge candidates",
+    ]
+    left = TESTS_CHARS
+    for path, src in sorted(op.tests.items()):
+        shown = clip(src, max(left, 200))
+        left -= len(shown)
+        parts.append(f"### {path}\n```python\n{shown}\n```")
+        if left <= 0:
+            parts.append("(further test files left out)")
+            break
+    return {"type": "text", "text": "\n".join(parts), "cache_control": {"type": "ephemeral"}}
+
+
+def timings_lines(judged: Judged) -> list[str]:
+    lines = []
+    for t in judged.timings[:12]:
+        lines.append(
+            f"- {t.test}: {t.candidate_s * 1e3:.4g} ms (reference {t.reference_s * 1e3:.4g} ms, "
+            f"ratio {t.ratio:.3f} [{t.ratio_low:.3f}, {t.ratio_high:.3f}], {t.rounds} rounds)"
+        )
+    return lines
+
+
+def verdict_lines(judged: Judged) -> list[str]:
+    c = judged.candidate
+    head = f"- {c.short} ({c.agent or '?'}) `{clip(c.idea, 160)}` -> {judged.outcome.value}"
+    if judged.ratio is not None:
+        head += f", {judged.ratio:.3f}x vs incumbent (low {judged.ratio_low:.3f})"
+    if judged.speedup is not None:
+        head += f", {judged.speedup:.3f}x vs baseline"
+    lines = [head]
+    if c.params:
+        lines.append(f"  params: {clip(json.dumps(c.params, default=str), LINE_CHARS)}")
+    for failure in judged.failures[:3]:
+        lines.append("  failure: " + clip(failure, FAILURE_CHARS).replace("\n", "\n    "))
+    if judged.build_log and not judged.outcome.correct:
+        lines.append(
+            "  build log:\n    " + clip(judged.build_log.strip(), BUILD_LOG_CHARS).replace("\n", "\n    ")
+        )
+    for note in judged.notes[:2]:
+        lines.append("  note: " + clip(note, LINE_CHARS))
+    return lines
+
+
+def one_line(judged: Judged) -> str:
+    """A verdict in one line, for the summary of earlier rounds."""
+    return clip(
+        f"{judged.candidate.short} `{judged.candidate.idea}` -> {judged.summary()}", LINE_CHARS
+    ).replace("\n", " ")
+
+
+def dynamic_block(
+    ctx: Context,
+    n: int,
+    last: list[Judged],
+    earlier: Iterable[str],
+    experience: str,
+) -> dict[str, Any]:
+    """This round: the incumbent, the last verdicts, a summary of earlier rounds, recalled experience."""
+    inc = ctx.incumbent
+    parts = ["# This round", "", "## Incumbent (the kernel to beat)"]
+    speed = (
+        f"{inc.speedup:.3f}x vs the committed kernel" if inc.speedup is not None else "the committed kernel"
+    )
+    parts.append(f"{inc.candidate.short} `{clip(inc.candidate.idea, 160) or 'committed'}`: {speed}")
+    if inc.candidate.params:
+        parts.append(f"params: {clip(json.dumps(inc.candidate.params, default=str), LINE_CHARS)}")
+    parts += timings_lines(inc)
+    if inc.candidate.source.strip() != ctx.operator.source.strip():
+        lang = language(ctx.operator.filename)
+        parts.append(f"Incumbent source:\n```{lang}\n{clip(inc.candidate.source, SOURCE_CHARS)}\n```")
+    if last:
+        parts += ["", "## Verdicts on your last round"]
+        for judged in last[:RESULTS_SHOWN]:
+            parts += verdict_lines(judged)
+        if len(last) > RESULTS_SHOWN:
+            parts.append(f"(and {len(last) - RESULTS_SHOWN} more)")
+    earlier = list(earlier)[-HISTORY_LINES:]
+    if earlier:
+        parts += ["", "## Earlier rounds (one line each)", *(f"- {line}" for line in earlier)]
+    parts += ["", "## Recalled experience", experience.strip() or "(nothing recorded yet)"]
+    parts += [
+        "",
+        "## Task",
+        f"Submit up to {n} distinct candidates with submit_candidate ({ctx.budget_left} evaluations left "
+        f"for this operator). Do not resubmit anything listed above.",
+    ]
+    return {"type": "text", "text": "\n".join(parts)}
+
+
+def recall_state(ctx: Context, last: list[Judged]) -> str:
+    """The question put to the graph at the start of a round."""
+    op = ctx.operator
+    state = f"optimize {op.family} operator {op.name} ({op.toolchain}); kernels: {'; '.join(op.kernels)}"
+    bad = [j for j in last if not j.outcome.correct]
+    if bad:
+        state += "; last failures: " + "; ".join(clip(j.summary(), 160) for j in bad[:3])
+    return state
