@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,7 +41,6 @@ class Operator:
         )
 
 
-@functools.lru_cache(maxsize=256)
 def _read(path: Path) -> str:
     return path.read_text()
 

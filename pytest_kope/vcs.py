@@ -6,6 +6,7 @@ detached worktree on top of the commit the run started from, then the branch ref
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -52,6 +53,10 @@ class Vcs:
         self.repo.git.worktree("prune")
         return removed
 
+    def is_dirty(self, path: Path) -> bool:
+        rel = Path(path).resolve().relative_to(self.top.resolve())
+        return bool(self.repo.git.status("--porcelain", "--", str(rel)).strip())
+
     def branch_trailers(self, branch: str) -> dict[str, str]:
         try:
             commit = self.repo.commit(branch)
@@ -88,17 +93,15 @@ class Vcs:
                     "GIT_COMMITTER_NAME": FALLBACK_AUTHOR[0],
                     "GIT_COMMITTER_EMAIL": FALLBACK_AUTHOR[1],
                 }
-            wt.git.commit("--no-verify", "-q", "-F", "-", istream=_stdin(message), env=env)
+            with tempfile.NamedTemporaryFile("w", suffix=".msg", delete=False) as f:
+                f.write(message)
+            try:
+                wt.git.commit("--no-verify", "-q", "-F", f.name, env=env)
+            finally:
+                os.unlink(f.name)
             sha = wt.head.commit.hexsha
+            wt.close()
         finally:
             self.repo.git.worktree("remove", "--force", str(where))
         self.repo.git.branch("-f", branch, sha)
         return Committed(branch, sha)
-
-
-def _stdin(text: str):
-    """GitPython needs a real file object for istream."""
-    tmp = tempfile.TemporaryFile()
-    tmp.write(text.encode())
-    tmp.seek(0)
-    return tmp

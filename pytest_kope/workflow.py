@@ -397,6 +397,12 @@ class KopeSession:
                 pass
         text = bake_defaults(verified.candidate.source, verified.candidate.params)
         message = report.commit_message(op, verified, baseline, history, self.run_id, describe(hw))
+        if self.vcs.is_dirty(op.source):
+            warning = (f"Note: {op.source.name} had uncommitted changes when the run started; the run judged "
+                       "them and this commit includes them.")
+            head, _, rest = message.partition("\n\n")
+            message = f"{head}\n\n{warning}\n\n{rest}"
+            self.say(f"kope {op.name}: {op.source.name} has uncommitted changes; the winner on {branch} includes them")
         try:
             done = self.vcs.commit(branch, op.source, text, message)
         except Exception as e:  # git trouble must not lose the run's results

@@ -1,0 +1,129 @@
+"""`pytest --kope-optimize` end to end on real operator repos in tmp dirs: real gcc, git and SQLite."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+from conftest import SCALE_C, SCALE_TEST, git, make_op_repo
+
+
+def status(root: Path) -> str:
+    """git status, less the files pytester's subprocess runner writes into its cwd."""
+    noise = {"stdout", "stderr", "runpytest-current"}
+    lines = git(root, "status", "--porcelain").splitlines()
+    return "\n".join(line for line in lines if line[3:] not in noise)
+
+
+def report_of(root: Path) -> dict:
+    (path,) = (root / ".kope" / "runs").glob("*/report.json")
+    return json.loads(path.read_text())
+
+
+def run_optimize(pytester: pytest.Pytester, *args: str):
+    return pytester.runpytest_subprocess("-p", "no:cacheprovider", "--kope-optimize", *args, timeout=600)
+
+
+def test_tuner_commits_verified_winner_and_leaves_checkout_untouched(pytester: pytest.Pytester, op_repo) -> None:
+    root = op_repo
+    (root / "scale" / "scale.c").write_text(SCALE_C + "/* local edit, not committed */\n")  # a dirty tree
+    (root / "notes.txt").write_text("untracked\n")
+    git(root, "add", "notes.txt")
+    status_before = status(root)
+    head_before = git(root, "rev-parse", "HEAD")
+    branch_before = git(root, "branch", "--show-current")
+    diff_before = git(root, "diff") + git(root, "diff", "--cached")
+
+    result = run_optimize(pytester, "--kope-budget", "3", "--kope-agent", "tuner")
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines(["*kope: toolchain c: available*", "*kope scale: */3 evaluations, best *x*",
+                                 "*kope: results*", "*scale*yes*kope/scale*"])
+    assert status(root) == status_before
+    assert git(root, "rev-parse", "HEAD") == head_before
+    assert git(root, "branch", "--show-current") == branch_before
+    assert git(root, "diff") + git(root, "diff", "--cached") == diff_before
+
+    message = git(root, "log", "-1", "--format=%B", "kope/scale")
+    assert message.startswith("kope(scale): ") and "x faster on " in message.splitlines()[0]
+    for needle in ("| test", "Correctness tests passed", "Lineage: baseline ->", "Kope-Run: ", "Kope-Speedup: ",
+                   "Kope-Hardware: "):
+        assert needle in message
+    assert git(root, "rev-parse", "kope/scale~1").strip() == head_before.strip()
+    committed = git(root, "show", "kope/scale:scale/scale.c")
+    assert "-O2 -march=native | -O0" in committed  # the winner's flags baked in as the default
+    assert "local edit" in committed  # the run judged the working tree's kernel, and says so
+    assert "uncommitted changes" in message
+
+    data = report_of(root)
+    assert {"run_id", "hardware", "agent"} <= set(data)
+    (op,) = data["operators"]
+    for key in ("name", "baseline_s", "best_s", "speedup", "evaluations", "evaluations_to_best", "verified",
+                "branch", "commit", "candidates"):
+        assert key in op
+    assert op["verified"] and op["speedup"] > 1.05 and op["best_s"] < op["baseline_s"]
+    assert all({"id", "idea", "params", "outcome"} <= set(c) for c in op["candidates"])
+    assert (root / ".kope" / "runs" / data["run_id"] / "report.md").exists()
+
+    # A rerun starts from the known best, judges nothing twice, and adds no commit.
+    tip = git(root, "rev-parse", "kope/scale")
+    again = run_optimize(pytester, "--kope-budget", "3", "--kope-agent", "tuner")
+    assert again.ret == 0, again.stdout.str()
+    assert git(root, "rev-parse", "kope/scale") == tip
+    db = sqlite3.connect(root / ".kope" / "experience.db")
+    dupes = db.execute("SELECT count(*) FROM (SELECT task_id, candidate_hash FROM attempts "
+                       "GROUP BY 1, 2 HAVING count(*) > 1)").fetchone()[0]
+    assert dupes == 0
+    assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+SEGFAULT = SCALE_C.replace("for (; i < n; i++) y[i] = 2.0f * x[i];", "*(volatile int *)0 = 1;")
+HANG = SCALE_C.replace("for (; i < n; i++) y[i] = 2.0f * x[i];", "for (volatile int k = 1; k; ) { }")
+ODD_WRONG = SCALE_C.replace("for (; i < n; i++) y[i] = 2.0f * x[i];",
+                            "for (; i < n; i++) y[i] = (n % 2) ? 0.0f : 2.0f * x[i];")
+
+
+def test_replay_candidates_that_crash_hang_or_cheat_are_failures_not_crashes(pytester: pytest.Pytester,
+                                                                             op_repo) -> None:
+    replay = pytester.path / "cands" / "scale"
+    replay.mkdir(parents=True)
+    for name, text in (("a_segfault", SEGFAULT), ("b_hang", HANG), ("c_oddwrong", ODD_WRONG)):
+        (replay / f"{name}.c").write_text(text)
+    (replay / "c_oddwrong.json").write_text(json.dumps({"idea": "skip odd shapes", "params": {"UNROLL": 4}}))
+    result = run_optimize(pytester, "--kope-agent", f"replay:{pytester.path / 'cands'}", "--kope-budget", "5",
+                          "--kope-timeout", "15", "--kope-no-commit")
+    assert result.ret == 0, result.stdout.str()
+    outcomes = {c["idea"]: c for c in report_of(pytester.path)["operators"][0]["candidates"]}
+    assert outcomes["replayed a_segfault.c"]["outcome"] == "crashed"
+    assert "SIGSEGV" in outcomes["replayed a_segfault.c"]["failures"][0]
+    assert outcomes["replayed b_hang.c"]["outcome"] == "timeout"
+    odd = outcomes["skip odd shapes"]
+    assert odd["outcome"] == "incorrect" and odd["params"]["UNROLL"] == 4
+    assert "git" not in git(pytester.path, "branch", "--list", "kope/*")
+
+
+def test_broken_baseline_stops_that_operator_and_others_go_on(pytester: pytest.Pytester) -> None:
+    make_op_repo(pytester.path, commit=False)
+    make_op_repo(pytester.path, SCALE_C.replace("scale", "twice").replace("2.0f", "2.5f"),
+                 SCALE_TEST.replace("scale", "twice"), name="twice")
+    result = run_optimize(pytester, "--kope-budget", "1", "--kope-agent", "tuner", "--kope-no-commit")
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(["*kope twice: STOPPED: the committed kernel */twice.c fails its own correctness*"])
+    ops = {o["name"]: o for o in report_of(pytester.path)["operators"]}
+    assert "error" in ops["twice"] and ops["scale"]["evaluations"] == 1
+
+
+def test_k_selects_operators(pytester: pytest.Pytester) -> None:
+    make_op_repo(pytester.path, commit=False)
+    make_op_repo(pytester.path, SCALE_C.replace("scale", "twice"), SCALE_TEST.replace("scale", "twice"), name="twice")
+    result = run_optimize(pytester, "--kope-budget", "1", "--kope-no-commit", "-k", "twice")
+    assert result.ret == 0, result.stdout.str()
+    assert [o["name"] for o in report_of(pytester.path)["operators"]] == ["twice"]
+
+
+def test_claude_without_key_is_one_line_error(pytester: pytest.Pytester, op_repo, monkeypatch) -> None:
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    result = run_optimize(pytester, "--kope-agent", "claude")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--kope-agent claude needs ANTHROPIC_API_KEY*"])
