@@ -149,6 +149,8 @@ class KopeSession:
             break
         self.hardware = hw
         self.graph.start_run(self.run_id, self.agent_name, hw)
+        if hasattr(self.agent, "graph_sink"):  # LLM agents report every call's tokens to the graph
+            self.agent.graph_sink = lambda op, model, used: self.graph.record_llm_call(self.run_id, op, model, used)
 
     def say(self, line: str, red: bool = False) -> None:
         if self.tw is not None:
@@ -396,6 +398,10 @@ class KopeSession:
             except ValueError:
                 pass
         text = bake_defaults(verified.candidate.source, verified.candidate.params)
+        if op.source.suffix == ".py":  # Python kernels also carry the values as module-level literals
+            from .toolchains.pylaunch import bake
+
+            text = bake(text, verified.candidate.params)
         message = report.commit_message(op, verified, baseline, history, self.run_id, describe(hw))
         if self.vcs.is_dirty(op.source):
             warning = (f"Note: {op.source.name} had uncommitted changes when the run started; the run judged "
@@ -412,6 +418,8 @@ class KopeSession:
     # -- the end ---------------------------------------------------------------------------------
     def _finish(self) -> None:
         usage = self.agent.usage() if hasattr(self.agent, "usage") else {}
+        if hasattr(self.agent, "close"):
+            self.agent.close()
         self.graph.finish_run(self.run_id, usage)
         data = {
             "run_id": self.run_id,

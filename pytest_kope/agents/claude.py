@@ -253,12 +253,14 @@ class ClaudeAgent:
                     self._fault(op, f"HTTP {code} from the Messages API {tries}: {_msg(e)}; round ended")
                     return None
                 delay = self._delay(attempt, headers)
+                self._usage.setdefault("retries", []).append(f"{op}: HTTP {code}, retried in {delay:.1f} s")
             except anthropic.APIConnectionError as e:  # includes APITimeoutError
                 kind = "time-out" if isinstance(e, anthropic.APITimeoutError) else "connection error"
                 if attempt == self.max_retries:
                     self._fault(op, f"{kind} talking to the Messages API {tries}; round ended")
                     return None
                 delay = self._delay(attempt, None)
+                self._usage.setdefault("retries", []).append(f"{op}: {kind}, retried in {delay:.1f} s")
             except (ValueError, anthropic.AnthropicError) as e:  # garbled body: not transient, not retried
                 self._fault(
                     op, f"malformed reply from the Messages API ({type(e).__name__}: {e}); round ended"
