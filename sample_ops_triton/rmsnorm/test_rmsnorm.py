@@ -1,0 +1,33 @@
+import numpy as np
+import pytest
+
+pytest.importorskip("triton")
+torch = pytest.importorskip("torch")
+
+from pytest_kope import assert_close  # noqa: E402
+
+pytestmark = pytest.mark.kope("rmsnorm", source="rmsnorm.py", family="rowwise", toolchain="triton")
+EPS = 1e-6
+
+
+def reference(x, w):
+    x64 = x.double()
+    return x64 * torch.rsqrt(x64.pow(2).mean(dim=1, keepdim=True) + EPS) * w.double()
+
+
+@pytest.mark.parametrize("rows, cols", [(1, 1), (3, 100), (4, 1000), (2, 3000)])
+def test_rmsnorm_matches_torch(kernel, rng, device, rows, cols):
+    x = torch.from_numpy(rng.standard_normal((rows, cols), dtype=np.float32) * 3).to(device)
+    w = torch.from_numpy(rng.standard_normal(cols, dtype=np.float32)).to(device)
+    y = torch.empty_like(x)
+    kernel.rmsnorm(x, w, y, rows, cols, EPS)
+    assert_close(y.cpu().numpy(), reference(x, w).cpu().numpy(), rtol=1e-5)
+
+
+def test_rmsnorm_speed(kernel, kope_bench, device):
+    if device == "cpu":
+        pytest.skip("Triton on CPU runs in the interpreter; its time means nothing")
+    rows, cols = 4096, 4096
+    x, w = torch.randn(rows, cols, device=device), torch.randn(cols, device=device)
+    y = torch.empty_like(x)
+    kope_bench(kernel.rmsnorm, x, w, y, rows, cols, EPS)
