@@ -36,6 +36,11 @@ def pytest_kope_make_toolchain(name: str, config: pytest.Config) -> Toolchain | 
 def pytest_kope_toolchain_names(config: pytest.Config) -> list[str]:
     """Return the names of the toolchains your plugin provides (listed in the availability report).
 
+    Example, in a conftest.py::
+
+        def pytest_kope_toolchain_names(config):
+            return ["hip"]
+
     .. versionadded:: 0.1
     """
 

@@ -82,7 +82,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         g,
         parser,
         "kope-min-gain",
-        "smallest speedup counted as a gain beyond noise (default 0.05 = 5%)",
+        "smallest speedup counted as a gain beyond noise (default 0.05, i.e. 5 percent)",
         type=float,
     )
     _option(g, parser, "kope-timeout", "seconds a candidate's test process may run (default 120)", type=float)

@@ -1,0 +1,62 @@
+"""Every --kope-* option is in `pytest --help` and in the README; every hookspec is documented."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from pytest_kope import hookspecs
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text()
+
+
+def kope_options(pytester: pytest.Pytester) -> set[str]:
+    return set(re.findall(r"--kope-[a-z-]+", pytester.runpytest_subprocess("--help").stdout.str()))
+
+
+def test_help_lists_every_option_and_the_readme_documents_them(pytester: pytest.Pytester) -> None:
+    options = kope_options(pytester)
+    expected = {"--kope-optimize", "--kope-budget", "--kope-agent", "--kope-model", "--kope-db",
+                "--kope-branch-prefix", "--kope-no-commit", "--kope-report", "--kope-seeds", "--kope-max-tokens",
+                "--kope-devices"}
+    assert expected <= options
+    missing = sorted(o for o in options if o not in README)
+    assert not missing, f"README.md does not document {missing}"
+
+
+def test_every_hookspec_has_an_example_and_is_in_the_readme() -> None:
+    names = [n for n in dir(hookspecs) if n.startswith("pytest_kope_")]
+    assert len(names) >= 5
+    for name in names:
+        doc = getattr(hookspecs, name).__doc__ or ""
+        assert "Example" in doc and "versionadded" in doc, name
+        assert name in README, f"README.md does not mention hook {name}"
+
+
+def test_readme_quick_start_has_the_main_job_and_ci_runs_the_readme_test_command() -> None:
+    assert "pytest sample_ops --kope-optimize --kope-agent tuner" in README
+    command = "pip install torch==2.13.0 && pip install -e '.[test,triton]' && python -m pytest"
+    assert command in README
+    assert command in (ROOT / ".ci" / "run").read_text()
+
+
+def test_a_conftest_can_override_every_hook(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(
+        """
+        def pytest_kope_make_toolchain(name, config):
+            return None
+        def pytest_kope_toolchain_names(config):
+            return ["mine"]
+        def pytest_kope_make_agent(name, config):
+            return None
+        def pytest_kope_candidate_judged(operator, result, config):
+            pass
+        def pytest_kope_operator_done(operator, summary, config):
+            pass
+        """
+    )
+    pytester.makepyfile("def test_x():\n    pass\n")
+    pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=1)
