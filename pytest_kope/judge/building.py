@@ -48,15 +48,19 @@ def build_cached(config: pytest.Config, op: Operator, candidate: Candidate) -> K
         from ..spec import parse_spec
 
         own = parse_spec(candidate.source, candidate.filename)
-        kernels = own.kernels or spec.kernels
         from dataclasses import replace
+
+        # The interface (prototypes, which arguments are in-place) is the oracle's, from the committed
+        # source: a candidate that re-declared `x` as non-const or in-place would switch off the input
+        # guard for it. The candidate keeps its own tuning space.
+        kernels, inplace = spec.kernels or own.kernels, spec.inplace
 
         builds = (
             Path(os.environ["KOPE_BUILD_DIR"])
             if os.environ.get("KOPE_BUILD_DIR")
             else kope_dir(config) / "builds"
         )
-        kernel = tc.build(candidate, replace(own, kernels=kernels), builds)
+        kernel = tc.build(candidate, replace(own, kernels=kernels, inplace=inplace), builds)
     except BuildError as e:
         where = (
             op.source

@@ -7,7 +7,10 @@ so that a crash mid-run still leaves what happened before it.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -40,9 +43,10 @@ class Child:
         self.operator = spec["operator"]
         self.out = open(spec["results"], "a", buffering=1)  # noqa: SIM115 - line-buffered for the whole session
         self.kinds: dict[str, str] = {}
+        self.key = read_key(spec.get("key_fd"))
 
     def emit(self, **event: Any) -> None:
-        self.out.write(json.dumps(event, default=str) + "\n")
+        self.out.write(sign(self.key, json.dumps(event, default=str)) + "\n")
 
     def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
         if "kope_candidate" in metafunc.fixturenames:
@@ -116,6 +120,29 @@ class Child:
         self.out.close()
 
 
+def read_key(fd: int | None) -> bytes:
+    """The controller's signing key, from a pipe drained and closed before any candidate code is loaded:
+    a kernel (native code in this process) can write lines into results.jsonl, but cannot sign them."""
+    if fd is None:
+        return b""
+    chunks = []
+    while chunk := os.read(fd, 64):
+        chunks.append(chunk)
+    os.close(fd)
+    return b"".join(chunks)
+
+
+def sign(key: bytes, payload: str) -> str:
+    return hmac.new(key, payload.encode(), hashlib.sha256).hexdigest() + " " + payload
+
+
+def verify(key: bytes, line: str) -> str | None:
+    """The payload of a line `sign` wrote with `key`, else None."""
+    mac, _, payload = line.partition(" ")
+    good = hmac.new(key, payload.encode(), hashlib.sha256).hexdigest()
+    return payload if hmac.compare_digest(mac, good) else None
+
+
 def _copy_bandwidth(nbytes: int) -> float:
     """Bytes per second moved by numpy copying a buffer larger than the cache (read + write)."""
     import time
@@ -135,4 +162,7 @@ def _copy_bandwidth(nbytes: int) -> float:
 def pytest_configure(config: pytest.Config) -> None:
     path = config.getoption("kope_child")
     if path:
+        from . import guards
+
+        guards.PROBE = True  # results must follow the data, not the buffers' addresses
         config.pluginmanager.register(Child(config, json.loads(Path(path).read_text())), "kope-child")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import secrets
 import shutil
 import signal
 import sys
@@ -23,6 +24,7 @@ from typing import Any
 from ..candidate import Candidate
 from ..operator import Operator
 from . import sandbox
+from .child import verify
 from .outcome import Judged, Outcome, Timing
 
 
@@ -79,7 +81,12 @@ class Judge:
         work = Path(tempfile.mkdtemp(prefix=f"kope-{plan.operator.name}-{candidate.short}-"))
         try:
             results = work / "results.jsonl"
+            key = secrets.token_bytes(32)
+            key_r, key_w = os.pipe()
+            os.write(key_w, key)
+            os.close(key_w)
             spec = {
+                "key_fd": key_r,
                 "candidate": candidate.to_json(),
                 "reference": reference.to_json() if reference else None,
                 "tests": tests,
@@ -121,8 +128,17 @@ class Judge:
             env = sandbox.scrubbed_environment(
                 {**plan.toolchain_env, "KOPE_BUILD_DIR": str(work / "builds")}, work
             )
-            finished = sandbox.run(cmd, work, env, plan.limits)
-            judged = interpret(candidate, finished, _events(results), tests, len(seeds) or 1)
+            try:
+                finished = sandbox.run(cmd, work, env, plan.limits, pass_fds=(key_r,))
+            finally:
+                os.close(key_r)
+            events, forged = _events(results, key)
+            judged = interpret(candidate, finished, events, tests, len(seeds) or 1)
+            if forged:
+                judged.notes.append(f"dropped {forged} unsigned line(s) in the child's results (forged)")
+                if judged.outcome.correct:
+                    judged.outcome = Outcome.INCORRECT
+                    judged.failures.insert(0, f"forged {forged} result line(s) the judge did not sign")
             if plan.keep is not None:
                 keep = plan.keep / candidate.short
                 keep.mkdir(parents=True, exist_ok=True)
@@ -133,16 +149,22 @@ class Judge:
             shutil.rmtree(work, ignore_errors=True)
 
 
-def _events(path: Path) -> list[dict[str, Any]]:
+def _events(path: Path, key: bytes) -> tuple[list[dict[str, Any]], int]:
+    """The child's signed events, and how many lines were not signed with `key` (forged by a kernel)."""
     if not path.exists():
-        return []
-    out = []
-    for line in path.read_text(errors="replace").splitlines():
+        return [], 0
+    out, forged = [], 0
+    lines = path.read_text(errors="replace").splitlines()
+    for i, line in enumerate(lines):
+        payload = verify(key, line)
+        if payload is None:
+            forged += i < len(lines) - 1 or line.endswith("}")  # not a last line cut short by a crash
+            continue
         try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:  # a line cut short by a crash
-            break
-    return out
+            out.append(json.loads(payload))
+        except json.JSONDecodeError:
+            forged += 1
+    return out, forged
 
 
 def interpret(
@@ -174,7 +196,10 @@ def interpret(
     for e in failed:
         message = f"{e['test']}: {e['message'].strip()}"
         judged.failures.append(message)
-        if e["kind"] == "BuildError" or "build of" in e["message"] and "failed" in e["message"]:
+        if "screening: " in e["message"]:  # the built library failed the toolchain's binary screen
+            judged.outcome = Outcome.REJECTED
+            judged.build_log = e["message"]
+        elif e["kind"] == "BuildError" or "build of" in e["message"] and "failed" in e["message"]:
             judged.outcome = Outcome.COMPILE_FAILED
             judged.build_log = e["message"]
         elif e["kind"] == "MemoryError" and judged.outcome == Outcome.OK:

@@ -38,6 +38,7 @@ KEEP = (
     "ASCEND_HOME_PATH",
     "LD_LIBRARY_PATH",
     "TORCH_DEVICE_BACKEND_AUTOLOAD",
+    "KOPE_C_SCREEN_BINARY",
 )
 
 
@@ -60,7 +61,12 @@ class Finished:
 
     @property
     def signal(self) -> int | None:
-        return -self.returncode if self.returncode < 0 else None
+        """The signal that killed the child; bubblewrap reports it as exit status 128 + signal."""
+        if self.returncode < 0:
+            return -self.returncode
+        if 128 < self.returncode < 128 + 65:
+            return self.returncode - 128
+        return None
 
 
 def scrubbed_environment(extra: Mapping[str, str], home: Path) -> dict[str, str]:
@@ -111,8 +117,28 @@ def pids_cgroup_root() -> Path | None:
             except OSError:
                 continue
             if ok:
+                _sweep_stale_cgroups(root)
                 return root
     return None
+
+
+def _sweep_stale_cgroups(root: Path) -> None:
+    """Remove the empty cgroups of controllers that died (a SIGKILLed run cannot clean up after itself)."""
+    for path in root.glob("kope-*-*"):
+        try:
+            pid = int(path.name.split("-")[1])
+            os.kill(pid, 0)
+            continue  # its controller is alive
+        except (ValueError, IndexError):
+            continue
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue
+        try:
+            path.rmdir()  # fails while processes are still in it: left alone
+        except OSError:
+            pass
 
 
 def isolation_summary() -> list[str]:
@@ -127,7 +153,12 @@ def isolation_summary() -> list[str]:
 
 
 def run(
-    cmd: Sequence[str], work: Path, env: Mapping[str, str], limits: Limits, writable: Sequence[Path] = ()
+    cmd: Sequence[str],
+    work: Path,
+    env: Mapping[str, str],
+    limits: Limits,
+    writable: Sequence[Path] = (),
+    pass_fds: Sequence[int] = (),
 ) -> Finished:
     """Run `cmd` jailed in `work`; never raises for anything the child does."""
     jail, _ = bubblewrap()
@@ -179,6 +210,7 @@ def run(
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             preexec_fn=confine,
+            pass_fds=tuple(pass_fds),
         )  # noqa: PLW1509
         try:
             proc.wait(timeout=limits.wall_s)
@@ -188,7 +220,10 @@ def run(
         proc.wait()
     _remove_cgroup(cgroup)
     output = log.read_bytes()[-20000:].decode(errors="replace")
-    return Finished(proc.returncode, timed_out, time.monotonic() - start, output)
+    code = proc.returncode
+    if jail and 128 < code < 128 + 65:  # bwrap reports its child's death by signal N as exit 128+N
+        code = -(code - 128)
+    return Finished(code, timed_out, time.monotonic() - start, output)
 
 
 def _kill_all(pgid: int, cgroup: Path | None) -> None:

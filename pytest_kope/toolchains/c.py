@@ -39,7 +39,25 @@ FORBIDDEN_CALLS = (
     "dlopen", "dlsym", "syscall", "ptrace", "kill", "mmap", "mprotect", "chdir", "pthread_create",
     "environ", "__environ",
 )  # fmt: skip
-_FORBIDDEN_RE = re.compile(r"\b(" + "|".join(FORBIDDEN_CALLS) + r")\b\s*(\(|;|\[)")
+# `)`, `,` and `}` catch the name used as a value: `(fork)()`, `{fork, ...}`, `f = (fork);`.
+_FORBIDDEN_RE = re.compile(r"\b(" + "|".join(FORBIDDEN_CALLS) + r")\b\s*(\(|;|\[|\)|,|\})")
+# The same rule checked on the built library, which macros, token pasting and function pointers
+# cannot hide from: symbols it imports, and system-call instructions in its code.
+FORBIDDEN_IMPORTS = frozenset(FORBIDDEN_CALLS) | {
+    "_Fork", "__clone", "clone3", "thrd_create", "posix_spawnp", "execvpe", "fexecve", "wait", "waitpid",
+    "open64", "openat64", "__open_2", "__open64_2", "__openat_2", "__openat64_2", "creat64", "fopen64",
+    "freopen64", "fdopen", "tmpfile", "tmpfile64", "mkstemp", "mkostemp", "opendir", "truncate",
+    "ftruncate", "link", "linkat", "symlink", "symlinkat", "renameat", "renameat2", "chmod", "chown",
+    "write", "writev", "pwrite", "pwrite64", "read", "readv", "pread", "pread64", "dup", "dup2", "dup3",
+    "pipe", "ioctl", "fcntl", "exit", "_exit", "_Exit", "quick_exit", "sigaction", "signal", "raise",
+    "alarm", "setitimer", "setrlimit", "prlimit", "prctl", "sendto", "sendmsg", "recv", "recvfrom",
+    "getaddrinfo", "gethostbyname", "accept", "listen", "shm_open", "memfd_create", "process_vm_readv",
+    "process_vm_writev", "dlmopen", "dlvsym", "dladdr", "dl_iterate_phdr", "_r_debug", "mmap64",
+}  # fmt: skip
+# the Python C API (a kernel that runs Python could patch the oracle) and the dynamic loader's internals
+_FORBIDDEN_IMPORT_RE = re.compile(r"^(_?Py|_dl_)")
+_SYSCALL_INSN = re.compile(r"\s(syscall|sysenter|int\s+\$0x80|svc\s+#?0x0|svc\s+#?0)\b")
+BINARY_SCREEN_ENV = "KOPE_C_SCREEN_BINARY"  # "0" switches the built-library check off (tests of the jail)
 _ASM_RE = re.compile(r"\b(__asm__|asm)\b\s*(volatile\s*)?\(\s*\"[^\"]*\bsyscall\b")
 
 
@@ -151,6 +169,11 @@ class CToolchain:
             shutil.rmtree(tmp, ignore_errors=True)
             raise BuildError(candidate.filename, f"$ {shlex.join(cmd).replace(str(tmp) + '/', '')}\n{log}")
         (tmp / "build.log").write_text(log)
+        if os.environ.get(BINARY_SCREEN_ENV, "1") != "0":
+            reasons = screen_library(tmp / "kernel.so")
+            if reasons:
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise BuildError(candidate.filename, "screening: " + "; ".join(reasons))
         try:
             tmp.rename(target)
         except OSError:  # another process built the same key first: use theirs
@@ -181,6 +204,34 @@ class CToolchain:
                 raise BuildError(candidate.filename, f"the library does not export kernel {name}()") from None
             functions[name] = KernelFunction(name, _numpy_caller(ffi, fn, name, args, dtypes), args)
         return Kernel(candidate, functions, build_log=log, extra={"library": str(lib_path), "ffi": ffi})
+
+
+def screen_library(lib: Path) -> list[str]:
+    """Why a built kernel library must not be loaded: forbidden imports or raw system calls; [] if fine.
+
+    Fails closed: a library that cannot be inspected (no binutils) is refused.
+    """
+    try:
+        nm = subprocess.run(
+            ["nm", "-D", "--undefined-only", "--format=posix", str(lib)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        dis = subprocess.run(
+            ["objdump", "-d", "--no-show-raw-insn", str(lib)], capture_output=True, text=True, timeout=120
+        )
+    except (OSError, subprocess.SubprocessError) as e:
+        return [f"cannot inspect the built library ({e}); install binutils (nm, objdump)"]
+    if nm.returncode != 0 or dis.returncode != 0:
+        return [f"cannot inspect the built library: {(nm.stderr or dis.stderr).strip()[:200]}"]
+    imported = {line.split()[0].split("@")[0] for line in nm.stdout.splitlines() if line.strip()}
+    bad = sorted(n for n in imported if n in FORBIDDEN_IMPORTS or _FORBIDDEN_IMPORT_RE.match(n))
+    reasons = [f"the built library imports {', '.join(bad)} (not allowed in a kernel)"] if bad else []
+    insns = sorted({m.group(1) for m in _SYSCALL_INSN.finditer(dis.stdout)})
+    if insns:
+        reasons.append(f"the built library issues raw system calls ({', '.join(insns)})")
+    return reasons
 
 
 def _numpy_caller(ffi: Any, fn: Any, name: str, args: tuple[Arg, ...], dtypes: list[str]):
