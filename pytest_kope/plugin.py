@@ -87,6 +87,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     _option(g, parser, "kope-timeout", "seconds a candidate's test process may run (default 120)", type=float)
     _option(g, parser, "kope-jobs", "parallel correctness workers (default: number of cores)", type=int)
+    parser.addini(
+        "kope_plugins",
+        type="linelist",
+        default=[],
+        help="pytest plugins (module names) that judging children load besides pytest-kope",
+    )
     _option(
         g, parser, "kope-devices", "accelerator devices for performance judging, e.g. 0,1 (default: auto)"
     )

@@ -150,7 +150,9 @@ class KopeSession:
         self.hardware = hw
         self.graph.start_run(self.run_id, self.agent_name, hw)
         if hasattr(self.agent, "graph_sink"):  # LLM agents report every call's tokens to the graph
-            self.agent.graph_sink = lambda op, model, used: self.graph.record_llm_call(self.run_id, op, model, used)
+            self.agent.graph_sink = lambda op, model, used: self.graph.record_llm_call(
+                self.run_id, op, model, used
+            )
 
     def say(self, line: str, red: bool = False) -> None:
         if self.tw is not None:
@@ -182,6 +184,7 @@ class KopeSession:
             self.seeds,
             self.jobs,
             self.run_dir / op.name,
+            tuple(self.config.getini("kope_plugins")),
         )
         return plan, tc
 
@@ -223,14 +226,17 @@ class KopeSession:
             {str(f): f.read_text() for f in plan.files},
         )
 
+        def remember(j: Judged) -> None:  # at once, so a killed run resumes from every finished verdict
+            self.graph.record(task, self.run_id, j)
+            self.config.hook.pytest_kope_candidate_judged(operator=op.name, result=j, config=self.config)
+
         known = self.graph.best(task) if can_time else None
         prior = self.graph.judged(task, known["candidate_hash"]) if known else None
-        if prior is not None and prior.candidate.hash != baseline.candidate.hash:
+        if prior is not None and self._descends(task, prior, baseline.candidate.hash):
             resumed = prior.candidate
-            again = self._judge_batch(judge, [resumed], incumbent, baseline, can_time)[0]
+            again = self._judge_batch(judge, [resumed], incumbent, can_time, remember)[0]
             evaluations += 1
             history.append(again)
-            self.graph.record(task, self.run_id, again)
             if again.outcome == Outcome.BETTER:
                 incumbent, evaluations_to_best = again, evaluations
                 self.say(
@@ -253,18 +259,19 @@ class KopeSession:
                 seen,
             )
             batch = self.agent.propose(ctx, min(max(2, plan.jobs * 2), self.budget - evaluations))
+            known_verdicts = [v for c in batch if seen(c.hash) and (v := self.graph.judged(task, c.hash))]
+            if known_verdicts:  # judged in an earlier run: the agent learns from the record, no re-run
+                self.agent.observe(ctx, known_verdicts)
             batch = [c for c in batch if not seen(c.hash)]
             if not batch:
                 stalls += 1
                 if stalls >= 2:
                     break
                 continue
-            judged = self._judge_batch(judge, batch, incumbent, baseline, can_time)
+            judged = self._judge_batch(judge, batch, incumbent, can_time, remember)
             for j in judged:
                 evaluations += 1
                 history.append(j)
-                self.graph.record(task, self.run_id, j)
-                self.config.hook.pytest_kope_candidate_judged(operator=op.name, result=j, config=self.config)
                 if j.outcome == Outcome.BETTER:
                     incumbent, evaluations_to_best = j, evaluations
             self.graph.distill(task, self.run_id)
@@ -289,21 +296,32 @@ class KopeSession:
         )
         return summary
 
+    def _descends(self, task: int, judged: Judged, root: str) -> bool:
+        """Whether a recorded attempt was derived from `root` (resume only from the committed kernel's line)."""
+        seen: set[str] = set()
+        while judged is not None and judged.candidate.hash not in seen:
+            seen.add(judged.candidate.hash)
+            if judged.candidate.parent == root:
+                return True
+            parent = judged.candidate.parent
+            judged = self.graph.judged(task, parent) if parent else None
+        return False
+
     def _judge_batch(
-        self, judge: Judge, batch: list[Candidate], incumbent: Judged, baseline: Judged, can_time: bool
+        self, judge: Judge, batch: list[Candidate], incumbent: Judged, can_time: bool, remember
     ) -> list[Judged]:
+        """Correctness for the batch in parallel, then each survivor timed against the then incumbent."""
         verdicts = judge.correctness(batch)
         for j in verdicts:
-            if not j.outcome.correct or not can_time:
-                continue
-            judge.performance(j, incumbent.candidate)
-            if j.outcome == Outcome.SUSPECT or not j.timings:
-                continue
-            ratio = PairedRatio(j.ratio, j.ratio_low, j.ratio_low, len(j.timings))
-            j.speedup = (incumbent.speedup or 1.0) * j.ratio
-            if ratio.beats(self.min_gain):
-                j.outcome = Outcome.BETTER
-                incumbent = j
+            if j.outcome.correct and can_time:
+                judge.performance(j, incumbent.candidate)
+                if j.outcome != Outcome.SUSPECT and j.timings:
+                    ratio = PairedRatio(j.ratio, j.ratio_low, j.ratio_low, len(j.timings))
+                    j.speedup = (incumbent.speedup or 1.0) * j.ratio
+                    if ratio.beats(self.min_gain):
+                        j.outcome = Outcome.BETTER
+                        incumbent = j
+            remember(j)
         return verdicts
 
     def _recaller(self, op: Operator, hw: dict):
@@ -358,7 +376,7 @@ class KopeSession:
                     else f"gain did not hold on re-run ({fresh.ratio:.2f}x, low {fresh.ratio_low:.2f})"
                 )
             else:
-                note = f"failed verification: {fresh.outcome.value}: {(fresh.failures or [''])[0][:300]}"
+                note = f"failed verification: {fresh.outcome.value}: {(fresh.failures or fresh.notes or [''])[0][:300]}"
             if verified is not None:
                 verified.speedup = verified.ratio
                 if self.vcs is not None:
@@ -404,11 +422,15 @@ class KopeSession:
             text = bake(text, verified.candidate.params)
         message = report.commit_message(op, verified, baseline, history, self.run_id, describe(hw))
         if self.vcs.is_dirty(op.source):
-            warning = (f"Note: {op.source.name} had uncommitted changes when the run started; the run judged "
-                       "them and this commit includes them.")
+            warning = (
+                f"Note: {op.source.name} had uncommitted changes when the run started; the run judged "
+                "them and this commit includes them."
+            )
             head, _, rest = message.partition("\n\n")
             message = f"{head}\n\n{warning}\n\n{rest}"
-            self.say(f"kope {op.name}: {op.source.name} has uncommitted changes; the winner on {branch} includes them")
+            self.say(
+                f"kope {op.name}: {op.source.name} has uncommitted changes; the winner on {branch} includes them"
+            )
         try:
             done = self.vcs.commit(branch, op.source, text, message)
         except Exception as e:  # git trouble must not lose the run's results

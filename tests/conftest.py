@@ -51,12 +51,16 @@ INI = "[pytest]\nfilterwarnings = error\n"
 def git(cwd: Path, *args: str) -> str:
     return subprocess.run(
         ["git", "-c", "user.email=t@example.com", "-c", "user.name=t", *args],
-        cwd=cwd, check=True, capture_output=True, text=True,
+        cwd=cwd,
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout
 
 
-def make_op_repo(root: Path, source: str = SCALE_C, test: str = SCALE_TEST, name: str = "scale",
-                 commit: bool = True) -> Path:
+def make_op_repo(
+    root: Path, source: str = SCALE_C, test: str = SCALE_TEST, name: str = "scale", commit: bool = True
+) -> Path:
     """A one-operator repo: <root>/<name>/<name>.c and test_<name>.py, committed to git."""
     (root / "pytest.ini").write_text(INI)
     op = root / name

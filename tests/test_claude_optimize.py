@@ -24,8 +24,9 @@ def server():
 def run(pytester: pytest.Pytester, server: MessagesServer, monkeypatch, *args: str):
     monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
     monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
-    return pytester.runpytest_subprocess("-p", "no:cacheprovider", "--kope-optimize", "--kope-agent", "claude",
-                                         *args, timeout=600)
+    return pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--kope-optimize", "--kope-agent", "claude", *args, timeout=600
+    )
 
 
 def report(pytester: pytest.Pytester) -> dict:
@@ -35,12 +36,19 @@ def report(pytester: pytest.Pytester) -> dict:
 
 def test_model_candidates_go_through_judging_to_a_verified_winner(pytester, op_repo, server, monkeypatch):
     server.push(
-        status(429, {"type": "error", "error": {"type": "rate_limit_error", "message": "slow down"}},
-               headers={"retry-after": "0"}),
-        reply(tool_call("submit_candidate", {"source": BROKEN, "idea": "drop a semicolon"}),
-              tokens=usage(1200, 300, cache_creation=900)),
-        reply(tool_call("submit_candidate", {"source": FAST, "idea": "build with -O2 -march=native"}),
-              tokens=usage(150, 200, cache_read=900)),
+        status(
+            429,
+            {"type": "error", "error": {"type": "rate_limit_error", "message": "slow down"}},
+            headers={"retry-after": "0"},
+        ),
+        reply(
+            tool_call("submit_candidate", {"source": BROKEN, "idea": "drop a semicolon"}),
+            tokens=usage(1200, 300, cache_creation=900),
+        ),
+        reply(
+            tool_call("submit_candidate", {"source": FAST, "idea": "build with -O2 -march=native"}),
+            tokens=usage(150, 200, cache_read=900),
+        ),
     )
     result = run(pytester, server, monkeypatch, "--kope-budget", "2")
     assert result.ret == 0, result.stdout.str()
@@ -55,7 +63,10 @@ def test_model_candidates_go_through_judging_to_a_verified_winner(pytester, op_r
     assert any("HTTP 429, retried" in r for r in data["usage"]["retries"])
     db = sqlite3.connect(pytester.path / ".kope" / "experience.db")
     assert db.execute("SELECT count(*), sum(input_tokens), sum(output_tokens) FROM llm_calls").fetchone() == (
-        2, 1350, 500)
+        2,
+        1350,
+        500,
+    )
     # the key is nowhere: not in the graph, the run dir, the branch
     assert KEY.encode() not in (pytester.path / ".kope" / "experience.db").read_bytes()
     for path in (pytester.path / ".kope" / "runs").rglob("*"):
@@ -64,13 +75,18 @@ def test_model_candidates_go_through_judging_to_a_verified_winner(pytester, op_r
     assert KEY not in git(pytester.path, "log", "-p", "kope/scale")
     # the static prompt carries the kernel and the tests, and is marked for caching
     body = json.dumps(server.requests[-1].body)
-    assert "kope: kernel void scale" in body and "test_scale_matches_numpy" in body and "cache_control" in body
+    assert (
+        "kope: kernel void scale" in body and "test_scale_matches_numpy" in body and "cache_control" in body
+    )
 
 
 @pytest.mark.parametrize("fault", ["garbage", "500"])
 def test_faults_end_in_a_clean_run_whose_report_explains(pytester, op_repo, server, monkeypatch, fault):
-    bad = garbage() if fault == "garbage" else status(500, {"type": "error", "error": {"type": "api_error",
-                                                                                       "message": "boom"}})
+    bad = (
+        garbage()
+        if fault == "garbage"
+        else status(500, {"type": "error", "error": {"type": "api_error", "message": "boom"}})
+    )
     server.push(*[bad] * 12)
     result = run(pytester, server, monkeypatch, "--kope-budget", "2", "--kope-no-commit")
     assert result.ret == 0, result.stdout.str()

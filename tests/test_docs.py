@@ -19,9 +19,19 @@ def kope_options(pytester: pytest.Pytester) -> set[str]:
 
 def test_help_lists_every_option_and_the_readme_documents_them(pytester: pytest.Pytester) -> None:
     options = kope_options(pytester)
-    expected = {"--kope-optimize", "--kope-budget", "--kope-agent", "--kope-model", "--kope-db",
-                "--kope-branch-prefix", "--kope-no-commit", "--kope-report", "--kope-seeds", "--kope-max-tokens",
-                "--kope-devices"}
+    expected = {
+        "--kope-optimize",
+        "--kope-budget",
+        "--kope-agent",
+        "--kope-model",
+        "--kope-db",
+        "--kope-branch-prefix",
+        "--kope-no-commit",
+        "--kope-report",
+        "--kope-seeds",
+        "--kope-max-tokens",
+        "--kope-devices",
+    }
     assert expected <= options
     missing = sorted(o for o in options if o not in README)
     assert not missing, f"README.md does not document {missing}"

@@ -26,7 +26,9 @@ def run_optimize(pytester: pytest.Pytester, *args: str):
     return pytester.runpytest_subprocess("-p", "no:cacheprovider", "--kope-optimize", *args, timeout=600)
 
 
-def test_tuner_commits_verified_winner_and_leaves_checkout_untouched(pytester: pytest.Pytester, op_repo) -> None:
+def test_tuner_commits_verified_winner_and_leaves_checkout_untouched(
+    pytester: pytest.Pytester, op_repo
+) -> None:
     root = op_repo
     (root / "scale" / "scale.c").write_text(SCALE_C + "/* local edit, not committed */\n")  # a dirty tree
     (root / "notes.txt").write_text("untracked\n")
@@ -38,8 +40,14 @@ def test_tuner_commits_verified_winner_and_leaves_checkout_untouched(pytester: p
 
     result = run_optimize(pytester, "--kope-budget", "3", "--kope-agent", "tuner")
     assert result.ret == 0, result.stdout.str()
-    result.stdout.fnmatch_lines(["*kope: toolchain c: available*", "*kope scale: */3 evaluations, best *x*",
-                                 "*kope: results*", "*scale*yes*kope/scale*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*kope: toolchain c: available*",
+            "*kope scale: */3 evaluations, best *x*",
+            "*kope: results*",
+            "*scale*yes*kope/scale*",
+        ]
+    )
     assert status(root) == status_before
     assert git(root, "rev-parse", "HEAD") == head_before
     assert git(root, "branch", "--show-current") == branch_before
@@ -47,8 +55,14 @@ def test_tuner_commits_verified_winner_and_leaves_checkout_untouched(pytester: p
 
     message = git(root, "log", "-1", "--format=%B", "kope/scale")
     assert message.startswith("kope(scale): ") and "x faster on " in message.splitlines()[0]
-    for needle in ("| test", "Correctness tests passed", "Lineage: baseline ->", "Kope-Run: ", "Kope-Speedup: ",
-                   "Kope-Hardware: "):
+    for needle in (
+        "| test",
+        "Correctness tests passed",
+        "Lineage: baseline ->",
+        "Kope-Run: ",
+        "Kope-Speedup: ",
+        "Kope-Hardware: ",
+    ):
         assert needle in message
     assert git(root, "rev-parse", "kope/scale~1").strip() == head_before.strip()
     committed = git(root, "show", "kope/scale:scale/scale.c")
@@ -59,8 +73,18 @@ def test_tuner_commits_verified_winner_and_leaves_checkout_untouched(pytester: p
     data = report_of(root)
     assert {"run_id", "hardware", "agent"} <= set(data)
     (op,) = data["operators"]
-    for key in ("name", "baseline_s", "best_s", "speedup", "evaluations", "evaluations_to_best", "verified",
-                "branch", "commit", "candidates"):
+    for key in (
+        "name",
+        "baseline_s",
+        "best_s",
+        "speedup",
+        "evaluations",
+        "evaluations_to_best",
+        "verified",
+        "branch",
+        "commit",
+        "candidates",
+    ):
         assert key in op
     assert op["verified"] and op["speedup"] > 1.05 and op["best_s"] < op["baseline_s"]
     assert all({"id", "idea", "params", "outcome"} <= set(c) for c in op["candidates"])
@@ -72,27 +96,39 @@ def test_tuner_commits_verified_winner_and_leaves_checkout_untouched(pytester: p
     assert again.ret == 0, again.stdout.str()
     assert git(root, "rev-parse", "kope/scale") == tip
     db = sqlite3.connect(root / ".kope" / "experience.db")
-    dupes = db.execute("SELECT count(*) FROM (SELECT task_id, candidate_hash FROM attempts "
-                       "GROUP BY 1, 2 HAVING count(*) > 1)").fetchone()[0]
+    dupes = db.execute(
+        "SELECT count(*) FROM (SELECT task_id, candidate_hash FROM attempts "
+        "GROUP BY 1, 2 HAVING count(*) > 1)"
+    ).fetchone()[0]
     assert dupes == 0
     assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
 
 
 SEGFAULT = SCALE_C.replace("for (; i < n; i++) y[i] = 2.0f * x[i];", "*(volatile int *)0 = 1;")
 HANG = SCALE_C.replace("for (; i < n; i++) y[i] = 2.0f * x[i];", "for (volatile int k = 1; k; ) { }")
-ODD_WRONG = SCALE_C.replace("for (; i < n; i++) y[i] = 2.0f * x[i];",
-                            "for (; i < n; i++) y[i] = (n % 2) ? 0.0f : 2.0f * x[i];")
+ODD_WRONG = SCALE_C.replace(
+    "for (; i < n; i++) y[i] = 2.0f * x[i];", "for (; i < n; i++) y[i] = (n % 2) ? 0.0f : 2.0f * x[i];"
+)
 
 
-def test_replay_candidates_that_crash_hang_or_cheat_are_failures_not_crashes(pytester: pytest.Pytester,
-                                                                             op_repo) -> None:
+def test_replay_candidates_that_crash_hang_or_cheat_are_failures_not_crashes(
+    pytester: pytest.Pytester, op_repo
+) -> None:
     replay = pytester.path / "cands" / "scale"
     replay.mkdir(parents=True)
     for name, text in (("a_segfault", SEGFAULT), ("b_hang", HANG), ("c_oddwrong", ODD_WRONG)):
         (replay / f"{name}.c").write_text(text)
     (replay / "c_oddwrong.json").write_text(json.dumps({"idea": "skip odd shapes", "params": {"UNROLL": 4}}))
-    result = run_optimize(pytester, "--kope-agent", f"replay:{pytester.path / 'cands'}", "--kope-budget", "5",
-                          "--kope-timeout", "15", "--kope-no-commit")
+    result = run_optimize(
+        pytester,
+        "--kope-agent",
+        f"replay:{pytester.path / 'cands'}",
+        "--kope-budget",
+        "5",
+        "--kope-timeout",
+        "15",
+        "--kope-no-commit",
+    )
     assert result.ret == 0, result.stdout.str()
     outcomes = {c["idea"]: c for c in report_of(pytester.path)["operators"][0]["candidates"]}
     assert outcomes["replayed a_segfault.c"]["outcome"] == "crashed"
@@ -105,18 +141,26 @@ def test_replay_candidates_that_crash_hang_or_cheat_are_failures_not_crashes(pyt
 
 def test_broken_baseline_stops_that_operator_and_others_go_on(pytester: pytest.Pytester) -> None:
     make_op_repo(pytester.path, commit=False)
-    make_op_repo(pytester.path, SCALE_C.replace("scale", "twice").replace("2.0f", "2.5f"),
-                 SCALE_TEST.replace("scale", "twice"), name="twice")
+    make_op_repo(
+        pytester.path,
+        SCALE_C.replace("scale", "twice").replace("2.0f", "2.5f"),
+        SCALE_TEST.replace("scale", "twice"),
+        name="twice",
+    )
     result = run_optimize(pytester, "--kope-budget", "1", "--kope-agent", "tuner", "--kope-no-commit")
     assert result.ret == 1
-    result.stdout.fnmatch_lines(["*kope twice: STOPPED: the committed kernel */twice.c fails its own correctness*"])
+    result.stdout.fnmatch_lines(
+        ["*kope twice: STOPPED: the committed kernel */twice.c fails its own correctness*"]
+    )
     ops = {o["name"]: o for o in report_of(pytester.path)["operators"]}
     assert "error" in ops["twice"] and ops["scale"]["evaluations"] == 1
 
 
 def test_k_selects_operators(pytester: pytest.Pytester) -> None:
     make_op_repo(pytester.path, commit=False)
-    make_op_repo(pytester.path, SCALE_C.replace("scale", "twice"), SCALE_TEST.replace("scale", "twice"), name="twice")
+    make_op_repo(
+        pytester.path, SCALE_C.replace("scale", "twice"), SCALE_TEST.replace("scale", "twice"), name="twice"
+    )
     result = run_optimize(pytester, "--kope-budget", "1", "--kope-no-commit", "-k", "twice")
     assert result.ret == 0, result.stdout.str()
     assert [o["name"] for o in report_of(pytester.path)["operators"]] == ["twice"]

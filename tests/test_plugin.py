@@ -20,10 +20,14 @@ def test_wrong_kernel_fails_naming_operator_and_values(pytester: pytest.Pytester
 
 
 def test_unwritten_output_is_caught_by_the_guard(pytester: pytest.Pytester) -> None:
-    lazy = SCALE_C.replace("for (; i < n; i++) y[i] = 2.0f * x[i];", "for (; i < n - 1; i++) y[i] = 2.0f * x[i];")
+    lazy = SCALE_C.replace(
+        "for (; i < n; i++) y[i] = 2.0f * x[i];", "for (; i < n - 1; i++) y[i] = 2.0f * x[i];"
+    )
     make_op_repo(pytester.path, lazy, commit=False)
     result = pytester.runpytest("-p", "no:cacheprovider", "-k", "matches")
-    result.stdout.fnmatch_lines(["*GuardViolation: kernel scale() left 1 of * elements of output 'y' unwritten*"])
+    result.stdout.fnmatch_lines(
+        ["*GuardViolation: kernel scale() left 1 of * elements of output 'y' unwritten*"]
+    )
 
 
 def test_input_mutation_is_caught(pytester: pytest.Pytester) -> None:
@@ -39,10 +43,14 @@ def test_input_mutation_is_caught(pytester: pytest.Pytester) -> None:
 
 
 def test_build_error_names_operator_and_file(pytester: pytest.Pytester) -> None:
-    make_op_repo(pytester.path, SCALE_C.replace("y[i] = 2.0f * x[i];\n}", "y[i] = 2.0f * x[i]\n}"), commit=False)
+    make_op_repo(
+        pytester.path, SCALE_C.replace("y[i] = 2.0f * x[i];\n}", "y[i] = 2.0f * x[i]\n}"), commit=False
+    )
     result = pytester.runpytest("-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
-    result.stdout.fnmatch_lines(["*kope: operator scale: build of */scale/scale.c failed:*", "*error: expected*"])
+    result.stdout.fnmatch_lines(
+        ["*kope: operator scale: build of */scale/scale.c failed:*", "*error: expected*"]
+    )
 
 
 def test_missing_source_is_a_one_line_usage_error(pytester: pytest.Pytester) -> None:

@@ -73,7 +73,7 @@ class Bench:
         )
         bound = self.session.max_bytes_per_s
         suspect = ""
-        if bound and moved > 2 * timing.last_level_cache_bytes() and moved / cand_stats.median > bound:
+        if bound and moved > 4 * timing.last_level_cache_bytes() and moved / cand_stats.median > bound:
             suspect = (
                 f"moved {moved / 1e6:.0f} MB in {cand_stats.median * 1e3:.3f} ms = "
                 f"{moved / cand_stats.median / 1e9:.0f} GB/s, beyond this machine's {bound / 1e9:.0f} GB/s"

@@ -77,7 +77,9 @@ class Child:
         bench = _bench_session(self.config)
         op = Operator(**{**self.operator, "source": Path(self.operator["source"])})
         bench.reference = build_cached(self.config, op, self.reference)
-        bench.max_bytes_per_s = _copy_bandwidth(4 * last_level_cache_bytes()) * 1.5
+        # Reads can stream faster than a copy and DRAM flips between regimes ~1.6x apart: 3x a measured
+        # copy is a bound no honest kernel reaches, and one a result read from nowhere exceeds easily.
+        bench.max_bytes_per_s = _copy_bandwidth(4 * last_level_cache_bytes()) * 3.0
 
     def pytest_runtest_logstart(self, nodeid: str) -> None:
         self.emit(event="start", test=base_nodeid(nodeid))

@@ -43,6 +43,7 @@ class Plan:
     seeds: int = 2
     jobs: int = max(1, os.cpu_count() or 1)
     keep: Path | None = None  # where to keep each child's log and source (the run dir)
+    plugins: tuple[str, ...] = ()  # extra pytest plugins the operator's tests need (ini `kope_plugins`)
 
 
 class Judge:
@@ -100,20 +101,20 @@ class Judge:
                 },
             }
             (work / "spec.json").write_text(json.dumps(spec))
+            # Only pytest-kope, the repo's conftests and the plugins named in `kope_plugins` load in a
+            # judging child: entry-point plugins cost seconds per child (hypothesis alone ~1 s).
+            plugins = [a for name in ("pytest_kope.plugin", *plan.plugins) for a in ("-p", name)]
             cmd = [
                 sys.executable,
                 "-m",
                 "pytest",
+                *plugins,
                 "-p",
                 "pytest_kope.judge.child",
                 "--kope-child",
                 str(work / "spec.json"),
                 "-p",
                 "no:cacheprovider",
-                "-p",
-                "no:xdist",
-                "-p",
-                "no:randomly",
                 "-o",
                 "addopts=",
                 "-q",
@@ -126,7 +127,12 @@ class Judge:
                 cmd += ["-c", str(plan.inifile)]
             cmd += [str(f) for f in plan.files]
             env = sandbox.scrubbed_environment(
-                {**plan.toolchain_env, "KOPE_BUILD_DIR": str(work / "builds")}, work
+                {
+                    **plan.toolchain_env,
+                    "KOPE_BUILD_DIR": str(work / "builds"),
+                    "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+                },
+                work,
             )
             try:
                 finished = sandbox.run(cmd, work, env, plan.limits, pass_fds=(key_r,))

@@ -193,7 +193,18 @@ class CToolchain:
             ffi.cdef("\n".join(k.rstrip(";") + ";" for k in spec.kernels))
         except cffi.CDefError as e:
             raise SpecError(f"{candidate.filename}: cannot read the kernel prototypes: {e}") from None
+        from ..judge import fpstate
+
+        before = fpstate.read()
         lib = ffi.dlopen(str(lib_path))
+        after = fpstate.read()
+        if before is not None and after is not None and (before ^ after) & fpstate.CONTROL_MASK:
+            fpstate.write(before)  # e.g. -ffast-math links crtfastmath.o, which sets FTZ/DAZ at load
+            raise BuildError(
+                candidate.filename,
+                f"loading the library changed the floating-point control state (MXCSR {before:#06x} -> "
+                f"{after:#06x}, e.g. FTZ/DAZ from -ffast-math's crtfastmath.o); drop -ffast-math/-Ofast",
+            )
         functions = {}
         for proto in spec.kernels:
             name, args, dtypes = parse_prototype(proto)

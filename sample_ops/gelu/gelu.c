@@ -1,0 +1,79 @@
+// kope: kernel void gelu(const float *x, float *y, long n)
+// kope: param FAST_TANH = 0 | 1
+// kope: param VEC = 0 | 8 | 16
+// kope: param THREADS = 1 | 2
+// kope: flags -O2 | -O3 -march=native | -O3 -march=native -fno-math-errno -fno-trapping-math
+// kope: require FAST_TANH == 0 or VEC > 0
+//
+// GELU, tanh form: y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+// The default calls libm tanhf per element, which never vectorizes without
+// -ffast-math (avoided: see README). FAST_TANH uses the identity
+// 0.5 (1 + tanh(u)) = 1 / (1 + exp(-2u)) with an inline, vectorizable exp;
+// it is also more accurate for negative x (no 1 + tanh cancellation).
+
+#include <math.h>
+
+#ifndef FAST_TANH
+#define FAST_TANH 0
+#endif
+#ifndef VEC
+#define VEC 0
+#endif
+#ifndef THREADS
+#define THREADS 1
+#endif
+
+#define PRAGMA(x) _Pragma(#x)
+#if VEC > 0
+#define SIMD(...) PRAGMA(omp simd simdlen(VEC) __VA_ARGS__)
+#else
+#define SIMD(...)
+#endif
+
+#define K0 0.7978845608f /* sqrt(2/pi) */
+#define K1 0.044715f
+
+#if FAST_TANH
+// exp(x) = 2^n * e^r with n = round(x / ln2), |r| <= ln2/2; degree-6 Taylor
+// polynomial on r keeps the relative error near 2e-7. Branch-free so it
+// vectorizes; the clamp keeps 2^n a normal float.
+static inline float exp_approx(float x) {
+    /* three independent selects: two chained clamps get jump-threaded by
+       GCC 12 into branches, and then the loop no longer vectorizes */
+    float lo = x < -87.0f ? -87.0f : x, hi = x > 88.0f ? 88.0f : x;
+    x = x < 0.0f ? lo : hi;
+    float t = x * 1.44269504f + 0.5f;
+    int n = (int)(t + 127.0f) - 127; /* t + 127 > 0, so truncation is floor */
+    float r = x - (float)n * 0.693145752f;
+    r -= (float)n * 1.42860677e-6f; /* ln2 split in two for accuracy */
+    float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.66666667e-1f + r * (4.16666667e-2f +
+              r * (8.33333333e-3f + r * 1.38888889e-3f)))));
+    int bits = (n + 127) << 23; /* 2^n built in the exponent field */
+    float scale;
+    __builtin_memcpy(&scale, &bits, sizeof scale);
+    return p * scale;
+}
+
+static inline float gelu1(float v) {
+    float u = K0 * (v + K1 * v * v * v);
+    return v / (1.0f + exp_approx(-2.0f * u));
+}
+#else
+static inline float gelu1(float v) {
+    return 0.5f * v * (1.0f + tanhf(K0 * (v + K1 * v * v * v)));
+}
+#endif
+
+/* threads take whole chunks so each inner loop is a clean simd loop */
+#define CHUNK 4096
+
+void gelu(const float *x, float *y, long n) {
+    long chunks = (n + CHUNK - 1) / CHUNK;
+    PRAGMA(omp parallel for num_threads(THREADS) if(THREADS > 1) schedule(static))
+    for (long b = 0; b < chunks; b++) {
+        long lo = b * CHUNK, hi = lo + CHUNK < n ? lo + CHUNK : n;
+        SIMD()
+        for (long i = lo; i < hi; i++)
+            y[i] = gelu1(x[i]);
+    }
+}

@@ -1,0 +1,79 @@
+// kope: kernel void softmax(const float *x, float *y, int rows, int cols)
+// kope: param FAST_EXP = 0 | 1
+// kope: param VEC = 0 | 8 | 16
+// kope: param THREADS = 1 | 2
+// kope: flags -O2 | -O3 -march=native | -O3 -march=native -fno-math-errno -fno-trapping-math
+// kope: require FAST_EXP == 0 or VEC > 0
+//
+// Row-wise softmax: y[r, :] = exp(x[r, :] - max) / sum(exp(x[r, :] - max)).
+// The default is three plain scalar passes per row using libm expf.
+// FAST_EXP swaps in an inline exp that the compiler can vectorize (libm expf
+// only vectorizes under -ffast-math, which we avoid: see README); VEC is the
+// `omp simd` length (0 = leave loops to the compiler).
+
+#include <math.h>
+
+#ifndef FAST_EXP
+#define FAST_EXP 0
+#endif
+#ifndef VEC
+#define VEC 0
+#endif
+#ifndef THREADS
+#define THREADS 1
+#endif
+
+#define PRAGMA(x) _Pragma(#x)
+#if VEC > 0
+#define SIMD(...) PRAGMA(omp simd simdlen(VEC) __VA_ARGS__)
+#else
+#define SIMD(...)
+#endif
+
+#if FAST_EXP
+// exp(x) = 2^n * e^r with n = round(x / ln2), |r| <= ln2/2; degree-6 Taylor
+// polynomial on r keeps the relative error near 2e-7. Branch-free so it
+// vectorizes. Inputs below -87 give ~1e-38 instead of 0 (harmless here).
+static inline float exp_approx(float x) {
+    /* three independent selects: two chained clamps get jump-threaded by
+       GCC 12 into branches, and then the loop no longer vectorizes */
+    float lo = x < -87.0f ? -87.0f : x, hi = x > 88.0f ? 88.0f : x;
+    x = x < 0.0f ? lo : hi;
+    float t = x * 1.44269504f + 0.5f;
+    int n = (int)(t + 127.0f) - 127; /* t + 127 > 0, so truncation is floor */
+    float r = x - (float)n * 0.693145752f;
+    r -= (float)n * 1.42860677e-6f; /* ln2 split in two for accuracy */
+    float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.66666667e-1f + r * (4.16666667e-2f +
+              r * (8.33333333e-3f + r * 1.38888889e-3f)))));
+    int bits = (n + 127) << 23; /* 2^n built in the exponent field */
+    float scale;
+    __builtin_memcpy(&scale, &bits, sizeof scale);
+    return p * scale;
+}
+#define EXP exp_approx
+#else
+#define EXP expf
+#endif
+
+void softmax(const float *x, float *y, int rows, int cols) {
+    PRAGMA(omp parallel for num_threads(THREADS) if(THREADS > 1) schedule(static))
+    for (int r = 0; r < rows; r++) {
+        const float *xr = x + (long)r * cols;
+        float *yr = y + (long)r * cols;
+        float m = -INFINITY;
+        SIMD(reduction(max : m))
+        for (int c = 0; c < cols; c++)
+            m = xr[c] > m ? xr[c] : m;
+        float s = 0.0f;
+        SIMD(reduction(+ : s))
+        for (int c = 0; c < cols; c++) {
+            float e = EXP(xr[c] - m);
+            yr[c] = e;
+            s += e;
+        }
+        float inv = 1.0f / s;
+        SIMD()
+        for (int c = 0; c < cols; c++)
+            yr[c] *= inv;
+    }
+}
