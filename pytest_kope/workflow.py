@@ -184,9 +184,23 @@ class KopeSession:
             self.seeds,
             self.jobs,
             self.run_dir / op.name,
+            self._devices(tc),
             tuple(self.config.getini("kope_plugins")),
         )
         return plan, tc
+
+    def _devices(self, tc: Any) -> tuple[int, ...]:
+        """--kope-devices 0,1 (or ini kope_devices), else every device the toolchain counts (none on a CPU)."""
+        given = str(_setting(self.config, "kope_devices", "")).strip()
+        if given:
+            try:
+                return tuple(int(d) for d in given.split(",") if d.strip())
+            except ValueError:
+                raise pytest.UsageError(
+                    f"--kope-devices takes device indices like 0,1; got {given!r}"
+                ) from None
+        count = getattr(tc, "count_devices", lambda: 0)()
+        return tuple(range(count))
 
     def _optimize(self, run: OperatorRun) -> dict[str, Any]:
         op = run.op
@@ -312,17 +326,38 @@ class KopeSession:
     ) -> list[Judged]:
         """Correctness for the batch in parallel, then each survivor timed against the then incumbent."""
         verdicts = judge.correctness(batch)
+        if (
+            len(judge.plan.devices) > 1 and can_time
+        ):  # one timing worker per device, all against one incumbent
+            survivors = [j for j in verdicts if j.outcome.correct]
+            judge.performance_many(survivors, incumbent.candidate)
+            for j in survivors:
+                self._decide(j, incumbent)
+            winners = [j for j in survivors if j.outcome == Outcome.BETTER]
+            fastest = max(winners, key=lambda w: w.speedup or 0.0, default=None)
+            for j in winners:  # only the fastest becomes the incumbent
+                if j is not fastest:
+                    j.outcome = Outcome.OK
+            for j in verdicts:
+                remember(j)
+            return verdicts
         for j in verdicts:
             if j.outcome.correct and can_time:
                 judge.performance(j, incumbent.candidate)
-                if j.outcome != Outcome.SUSPECT and j.timings:
-                    ratio = PairedRatio(j.ratio, j.ratio_low, j.ratio_low, len(j.timings))
-                    j.speedup = (incumbent.speedup or 1.0) * j.ratio
-                    if ratio.beats(self.min_gain):
-                        j.outcome = Outcome.BETTER
-                        incumbent = j
+                if self._decide(j, incumbent):
+                    incumbent = j
             remember(j)
         return verdicts
+
+    def _decide(self, j: Judged, incumbent: Judged) -> bool:
+        """Set a timed candidate's speedup, and crown it BETTER when it beats the incumbent beyond noise."""
+        if j.outcome == Outcome.SUSPECT or not j.timings:
+            return False
+        j.speedup = (incumbent.speedup or 1.0) * j.ratio
+        if PairedRatio(j.ratio, j.ratio_low, j.ratio_low, len(j.timings)).beats(self.min_gain):
+            j.outcome = Outcome.BETTER
+            return True
+        return False
 
     def _recaller(self, op: Operator, hw: dict):
         from .memory.recall import RecallQuery

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import random
 import secrets
 import shutil
@@ -23,6 +24,7 @@ from typing import Any
 
 from ..candidate import Candidate
 from ..operator import Operator
+from ..toolchains.devices import visible_devices_env
 from . import sandbox
 from .child import verify
 from .outcome import Judged, Outcome, Timing
@@ -43,6 +45,7 @@ class Plan:
     seeds: int = 2
     jobs: int = max(1, os.cpu_count() or 1)
     keep: Path | None = None  # where to keep each child's log and source (the run dir)
+    devices: tuple[int, ...] = ()  # accelerator indices: one timing worker each; correctness spreads over all
     plugins: tuple[str, ...] = ()  # extra pytest plugins the operator's tests need (ini `kope_plugins`)
 
 
@@ -50,21 +53,36 @@ class Judge:
     def __init__(self, plan: Plan, screen):
         self.plan = plan
         self.screen = screen  # toolchain.screen
+        self.free_devices: queue.Queue[int | None] = queue.Queue()
+        for device in plan.devices or (None,):
+            self.free_devices.put(device)
 
     def correctness(self, candidates: list[Candidate]) -> list[Judged]:
+        devices = self.plan.devices or (None,)
+        jobs = [(c, devices[i % len(devices)]) for i, c in enumerate(candidates)]
         with ThreadPoolExecutor(max_workers=max(1, min(self.plan.jobs, len(candidates)))) as pool:
-            return list(pool.map(self._correctness_one, candidates))
+            return list(pool.map(lambda job: self._correctness_one(*job), jobs))
 
-    def _correctness_one(self, candidate: Candidate) -> Judged:
+    def _correctness_one(self, candidate: Candidate, device: int | None = None) -> Judged:
         reasons = self.screen(candidate)
         if reasons:
             return Judged(candidate, Outcome.REJECTED, failures=[f"screening: {r}" for r in reasons])
         seeds = [random.SystemRandom().randrange(1 << 31) for _ in range(max(1, self.plan.seeds))]
-        return self._child(candidate, self.plan.correctness, seeds=seeds, reference=None)
+        return self._child(candidate, self.plan.correctness, seeds=seeds, reference=None, device=device)
+
+    def performance_many(self, judged: list[Judged], reference: Candidate) -> list[Judged]:
+        """Time several candidates against one reference, one worker per device (serially on a CPU)."""
+        workers = max(1, len(self.plan.devices))
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            return list(pool.map(lambda j: self.performance(j, reference), judged))
 
     def performance(self, judged: Judged, reference: Candidate) -> Judged:
-        """Time a correct candidate paired with `reference`; fills timings and decides nothing."""
-        timed = self._child(judged.candidate, self.plan.performance, seeds=[], reference=reference)
+        """Time a correct candidate paired with `reference`, alone on a device; fills timings, decides nothing."""
+        device = self.free_devices.get()
+        try:
+            timed = self._child(judged.candidate, self.plan.performance, [], reference, device=device)
+        finally:
+            self.free_devices.put(device)
         judged.seconds += timed.seconds
         if not timed.outcome.correct:
             judged.outcome, judged.failures = timed.outcome, timed.failures
@@ -76,7 +94,12 @@ class Judge:
         return judged
 
     def _child(
-        self, candidate: Candidate, tests: list[str], seeds: list[int], reference: Candidate | None
+        self,
+        candidate: Candidate,
+        tests: list[str],
+        seeds: list[int],
+        reference: Candidate | None,
+        device: int | None = None,
     ) -> Judged:
         plan = self.plan
         work = Path(tempfile.mkdtemp(prefix=f"kope-{plan.operator.name}-{candidate.short}-"))
@@ -131,6 +154,7 @@ class Judge:
                     **plan.toolchain_env,
                     "KOPE_BUILD_DIR": str(work / "builds"),
                     "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+                    **(visible_devices_env(plan.operator.toolchain, device) if device is not None else {}),
                 },
                 work,
             )

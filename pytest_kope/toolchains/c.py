@@ -58,6 +58,16 @@ FORBIDDEN_IMPORTS = frozenset(FORBIDDEN_CALLS) | {
 _FORBIDDEN_IMPORT_RE = re.compile(r"^(_?Py|_dl_)")
 _SYSCALL_INSN = re.compile(r"\s(syscall|sysenter|int\s+\$0x80|svc\s+#?0x0|svc\s+#?0)\b")
 BINARY_SCREEN_ENV = "KOPE_C_SCREEN_BINARY"  # "0" switches the built-library check off (tests of the jail)
+# Flags a candidate may choose: optimization, target, code-generation and warning switches. Nothing that
+# loads code into the compiler (-fplugin), reads other files (-include, -I, @file, -specs) or links.
+_ALLOWED_FLAG = re.compile(
+    r"^-(O[0-3sz]?|Ofast|march=[\w.-]+|mtune=[\w.-]+|m[\w-]+(=[\w.,-]+)?|f[\w-]+(=[\w.,-]+)?"
+    r"|W[\w-]*(=[\w-]+)?|g\d?|std=[\w+]+|D\w+(=[\w.-]*)?|U\w+|pipe|funroll-loops)$"
+)
+_DENIED_FLAG = re.compile(
+    r"^-f(plugin|profile|auto-profile|debug-prefix-map|file-prefix-map|record|dump|stack-usage)"
+)
+_DEFINE_VALUE = re.compile(r"^-?[\w.]+$")
 _ASM_RE = re.compile(r"\b(__asm__|asm)\b\s*(volatile\s*)?\(\s*\"[^\"]*\bsyscall\b")
 
 
@@ -123,6 +133,16 @@ class CToolchain:
         ]
         if _ASM_RE.search(text):
             reasons.append("issues a raw syscall from inline assembly")
+        flags = shlex.split(str(candidate.params.get(FLAGS, "")))
+        reasons += [
+            f"compiler flag {f!r} is not allowed (optimization, target and warning flags only)"
+            for f in flags
+            if not _ALLOWED_FLAG.match(f) or _DENIED_FLAG.match(f)
+        ]
+        bad_defines = [
+            f"{k}={v}" for k, v in candidate.params.items() if k != FLAGS and not _DEFINE_VALUE.match(str(v))
+        ]
+        reasons += [f"parameter value {d!r} is not a plain number or identifier" for d in bad_defines]
         return reasons
 
     def build(self, candidate: Candidate, spec: KernelSpec, build_dir: Path) -> Kernel:
