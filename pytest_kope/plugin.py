@@ -128,6 +128,23 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.kope_perf)
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
+    """A failing operator test says which operator and which kernel file it judged."""
+    report = yield
+    if report.failed and hasattr(report.longrepr, "addsection"):
+        op = operator_of(item)
+        if op is not None:
+            candidate = item.funcargs.get("kope_candidate") if hasattr(item, "funcargs") else None
+            which = (
+                f" (candidate {candidate.short}, {candidate.params})"
+                if candidate and candidate.agent != "baseline"
+                else ""
+            )
+            report.longrepr.addsection("kope", f"operator {op.name!r} failed with kernel {op.source}{which}")
+    return report
+
+
 def _bench_session(config: pytest.Config) -> BenchSession:
     if BENCH not in config.stash:
         from .judge.bench import BenchSession

@@ -18,8 +18,9 @@ import pytest
 
 from . import report
 from .agents.base import Context, OperatorInfo
+from .agents.tuner import Tuner
 from .candidate import Candidate
-from .errors import BaselineBroken, ConfigError, KopeError
+from .errors import BaselineBroken, ConfigError, KopeError, SpecError
 from .hardware import describe
 from .judge import sandbox
 from .judge.building import toolchain_of
@@ -28,6 +29,8 @@ from .judge.runner import Judge, Plan
 from .judge.stats import PairedRatio
 from .operator import Operator, is_performance_test, operator_of
 from .paths import ensure_kope_dir, kope_dir
+from .plugin import SEED
+from .spec import parse_spec
 
 
 def _setting(config: pytest.Config, name: str, default: Any) -> Any:
@@ -38,6 +41,17 @@ def _setting(config: pytest.Config, name: str, default: Any) -> Any:
         except ValueError:
             value = None
     return default if value in (None, "") else value
+
+
+def _declares_knobs(judged: Judged) -> bool:
+    """An incumbent written by an agent (not the tuner) that declares a tuning space of its own."""
+    c = judged.candidate
+    if c.agent in ("baseline", "tuner"):
+        return False
+    try:
+        return bool(parse_spec(c.source, c.filename).space.axes)
+    except SpecError:
+        return False
 
 
 @dataclass
@@ -260,6 +274,9 @@ class KopeSession:
         def seen(h: str) -> bool:
             return self.graph.lookup(task, h) is not None
 
+        # An LLM's candidate may declare its own knobs: a tuner sweeps them within the same budget.
+        sweeper = None if isinstance(self.agent, Tuner) else Tuner(seed=self.config.stash[SEED])
+        agents = [a for a in (self.agent, sweeper) if a is not None]
         stalls = 0
         while evaluations < self.budget and can_time:
             ctx = Context(
@@ -272,10 +289,13 @@ class KopeSession:
                 self._recaller(op, hw),
                 seen,
             )
-            batch = self.agent.propose(ctx, min(max(2, plan.jobs * 2), self.budget - evaluations))
+            room = min(max(2, plan.jobs * 2), self.budget - evaluations)
+            swept = sweeper.propose(ctx, max(1, room // 2)) if sweeper and _declares_knobs(incumbent) else []
+            batch = swept + self.agent.propose(ctx, room - len(swept))
             known_verdicts = [v for c in batch if seen(c.hash) and (v := self.graph.judged(task, c.hash))]
-            if known_verdicts:  # judged in an earlier run: the agent learns from the record, no re-run
-                self.agent.observe(ctx, known_verdicts)
+            if known_verdicts:  # judged in an earlier run: the agents learn from the record, no re-run
+                for agent in agents:
+                    agent.observe(ctx, known_verdicts)
             batch = [c for c in batch if not seen(c.hash)]
             if not batch:
                 stalls += 1
@@ -289,7 +309,8 @@ class KopeSession:
                 if j.outcome == Outcome.BETTER:
                     incumbent, evaluations_to_best = j, evaluations
             self.graph.distill(task, self.run_id)
-            self.agent.observe(ctx, judged)
+            for agent in agents:
+                agent.observe(ctx, judged)
             self.say(
                 f"kope {op.name}: {evaluations}/{self.budget} evaluations, best {incumbent.speedup:.2f}x "
                 f"({incumbent.candidate.short}: {incumbent.candidate.idea})"

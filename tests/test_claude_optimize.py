@@ -6,8 +6,8 @@ import json
 import sqlite3
 
 import pytest
-from conftest import SCALE_C, git
 from messages_server import MessagesServer, garbage, reply, status, tool_call, usage
+from op_repos import SCALE_C, git
 
 KEY = "sk-ant-test-SECRET-e2e-7731"
 FAST = SCALE_C.replace("// kope: flags -O0 | -O2 -march=native", "// kope: flags -O2 -march=native | -O0")
@@ -93,3 +93,14 @@ def test_faults_end_in_a_clean_run_whose_report_explains(pytester, op_repo, serv
     data = report(pytester)
     assert data["usage"]["faults"], data["usage"]
     assert data["operators"][0]["verified"] is False
+
+
+def test_tuner_sweeps_the_knobs_a_model_candidate_declares(pytester, op_repo, server, monkeypatch):
+    server.push(reply(tool_call("submit_candidate", {"source": FAST, "idea": "native build, unroll knob"})))
+    result = run(pytester, server, monkeypatch, "--kope-budget", "3", "--kope-no-commit")
+    assert result.ret == 0, result.stdout.str()
+    candidates = report(pytester)["operators"][0]["candidates"]
+    model = next(c for c in candidates if c["agent"] == "claude")
+    swept = [c for c in candidates if c["agent"] == "tuner"]
+    assert model["outcome"] == "better"
+    assert swept and all(c["parent"] == model["id"] for c in swept)

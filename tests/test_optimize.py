@@ -7,7 +7,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from conftest import SCALE_C, SCALE_TEST, git, make_op_repo
+from op_repos import SCALE_C, SCALE_TEST, git, make_op_repo
 
 
 def status(root: Path) -> str:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import SCALE_C, make_op_repo
+from op_repos import SCALE_C, make_op_repo
 
 
 def test_right_kernel_passes_and_times_are_printed(pytester: pytest.Pytester, op_repo) -> None:
@@ -16,7 +16,9 @@ def test_wrong_kernel_fails_naming_operator_and_values(pytester: pytest.Pytester
     make_op_repo(pytester.path, SCALE_C.replace("2.0f * x[i]", "2.001f * x[i]"), commit=False)
     result = pytester.runpytest("-p", "no:cacheprovider")
     result.assert_outcomes(passed=1, failed=4)  # UNROLL=1 loop is the wrong one; the perf test still runs
-    result.stdout.fnmatch_lines(["*output: max error*"])
+    result.stdout.fnmatch_lines(
+        ["*output: max error*", "*kope*", "operator 'scale' failed with kernel */scale/scale.c"]
+    )
 
 
 def test_unwritten_output_is_caught_by_the_guard(pytester: pytest.Pytester) -> None:

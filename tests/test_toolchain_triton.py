@@ -199,7 +199,8 @@ def test_sample_ops_pass_through_the_plugin(pytester):
         shutil.copytree(OPS / name, pytester.path / name)
     for name in ("conftest.py", "pytest.ini"):
         shutil.copy(OPS / name, pytester.path / name)
-    result = pytester.runpytest("-q", "-rs", "-p", "no:cacheprovider")
+    # a subprocess: the suite itself has imported modules of the same names from sample_ops_triton/
+    result = pytester.runpytest_subprocess("-q", "-rs", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=8, skipped=0 if not ON_CPU else 2)
     if ON_CPU:
         result.stdout.fnmatch_lines(["*Triton on CPU runs in the interpreter; its time means nothing*"])

@@ -84,19 +84,7 @@ def bubblewrap() -> tuple[str | None, str]:
     if not path:
         return None, "bubblewrap not installed (apt-get install bubblewrap): no network/filesystem jail"
     probe = subprocess.run(
-        [
-            path,
-            "--ro-bind",
-            "/",
-            "/",
-            "--dev",
-            "/dev",
-            "--proc",
-            "/proc",
-            "--unshare-net",
-            "--unshare-pid",
-            "true",
-        ],
+        jail_command(path, [], ["true"]),
         capture_output=True,
         text=True,
     )
@@ -152,6 +140,25 @@ def isolation_summary() -> list[str]:
     return lines
 
 
+def jail_command(bwrap: str, writable: Sequence[Path], tail: Sequence[str]) -> list[str]:
+    """bubblewrap: everything read-only but `writable`, fresh /dev and /proc, no network, own PID namespace."""
+    binds = [a for p in writable for a in ("--bind", str(p), str(p))]
+    return [
+        bwrap,
+        "--ro-bind",
+        "/",
+        "/",
+        "--dev",
+        "/dev",
+        "--proc",
+        "/proc",
+        *binds,
+        "--unshare-net",
+        "--unshare-pid",
+        *tail,
+    ]
+
+
 def run(
     cmd: Sequence[str],
     work: Path,
@@ -164,25 +171,7 @@ def run(
     jail, _ = bubblewrap()
     full = list(cmd)
     if jail:
-        binds = [a for p in (work, *writable) for a in ("--bind", str(p), str(p))]
-        full = [
-            jail,
-            "--ro-bind",
-            "/",
-            "/",
-            "--dev",
-            "/dev",
-            "--proc",
-            "/proc",
-            *binds,
-            "--unshare-net",
-            "--unshare-pid",
-            "--die-with-parent",
-            "--chdir",
-            str(work),
-            "--",
-            *cmd,
-        ]
+        full = jail_command(jail, [work, *writable], ["--die-with-parent", "--chdir", str(work), "--", *cmd])
     cgroup = _make_cgroup(limits.processes)
 
     def confine() -> None:  # runs in the child between fork and exec
