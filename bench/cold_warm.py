@@ -4,8 +4,11 @@
 2. cold: the tuner optimizes the other half with an empty graph;
 3. warm: the same, same budget, starting from a copy of the filled graph.
 
-For each operator it prints the evaluations each run needed to reach its best, and the evaluations the
-warm run needed to come within 5% of the cold run's best (the goal: at most half of cold's). Writes JSON.
+Cold and warm run each operator on its own, so that no run learns from another operator of its half.
+
+For each operator it prints each run's verified best and the evaluation that found it, and whether warm
+came within 5% of cold's best and after how many evaluations (the goal: at most half of cold's).
+Writes JSON.
 
     python bench/cold_warm.py [--budget 16] [--out bench/results/cold_warm.json]
 """
@@ -61,11 +64,15 @@ def optimize(repo: Path, ops: list[str], db: Path, budget: int, label: str) -> d
     return data
 
 
-def to_reach(candidates: list[dict], target: float) -> int | None:
-    """1-based evaluation at which the running best speedup first reached `target`."""
-    for i, c in enumerate(candidates, 1):
-        if (c.get("speedup") or 0) >= target and c["outcome"] in ("better", "ok"):
-            return i
+def reach(cold: dict, warm: dict) -> int | None:
+    """Evaluations warm needed to match cold's verified best (within 5%), or None if it never did.
+
+    Both bests are verified figures (a fresh paired timing against the baseline). In-loop speedups are
+    products of chained paired ratios and grow with every step (winner's curse), so a long cold lineage
+    would look better than a one-step warm find; they are not compared here.
+    """
+    if (warm.get("speedup") or 0.0) >= REACHED * (cold.get("speedup") or 0.0):
+        return warm.get("evaluations_to_best")
     return None
 
 
@@ -77,18 +84,29 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="kope-coldwarm-"))
     repo = work / "ops"
     shutil.copytree(ROOT / "sample_ops", repo, ignore=shutil.ignore_patterns(".kope", "__pycache__"))
-    filled, cold_db, warm_db = work / "filled.db", work / "cold.db", work / "warm.db"
+    filled = work / "filled.db"
 
     fill = optimize(repo, FILL, filled, args.budget, "fill")
-    shutil.copy(filled, warm_db)
-    cold = optimize(repo, EVAL, cold_db, args.budget, "cold")
-    warm = optimize(repo, EVAL, warm_db, args.budget, "warm")
+    # Each operator alone, so neither run learns from the other half's operators during the run:
+    # cold from an empty graph, warm from a fresh copy of the filled one.
+    cold_runs, warm_runs = [], []
+    for op in EVAL:
+        cold_runs.append(optimize(repo, [op], work / f"cold-{op}.db", args.budget, f"cold-{op}"))
+        shutil.copy(filled, work / f"warm-{op}.db")
+        warm_runs.append(optimize(repo, [op], work / f"warm-{op}.db", args.budget, f"warm-{op}"))
+    cold = {
+        "operators": [r["operators"][0] for r in cold_runs],
+        "wall_s": sum(r["wall_s"] for r in cold_runs),
+        "hardware_name": cold_runs[0].get("hardware_name"),
+    }
+    warm = {
+        "operators": [r["operators"][0] for r in warm_runs],
+        "wall_s": sum(r["wall_s"] for r in warm_runs),
+    }
 
     rows, results = [], []
     for c, w in zip(cold["operators"], warm["operators"]):
-        target = REACHED * (c.get("speedup") or 1.0)
-        reach = to_reach(w.get("candidates", []), target)
-        cold_reach = to_reach(c.get("candidates", []), target)
+        warm_reach = reach(c, w)
         results.append(
             {
                 "operator": c["name"],
@@ -96,19 +114,23 @@ def main() -> None:
                 "warm_speedup": w.get("speedup"),
                 "cold_evals_to_best": c.get("evaluations_to_best"),
                 "warm_evals_to_best": w.get("evaluations_to_best"),
-                "cold_evals_to_cold_best": cold_reach,
-                "warm_evals_to_cold_best": reach,
+                "warm_evals_to_cold_best": warm_reach,
             }
+        )
+        share = (
+            f"{warm_reach / c['evaluations_to_best']:.2f}"
+            if warm_reach and c.get("evaluations_to_best")
+            else "-"
         )
         rows.append(
             (
                 c["name"],
-                f"{c.get('speedup', 0):.2f}x",
+                f"{c.get('speedup') or 0:.2f}x",
                 c.get("evaluations_to_best"),
-                f"{w.get('speedup', 0):.2f}x",
+                f"{w.get('speedup') or 0:.2f}x",
                 w.get("evaluations_to_best"),
-                cold_reach,
-                reach if reach is not None else "never",
+                warm_reach if warm_reach is not None else "never",
+                share,
             )
         )
     headers = [
@@ -117,22 +139,25 @@ def main() -> None:
         "cold evals to best",
         "warm best",
         "warm evals to best",
-        "cold evals to ~cold best",
-        "warm evals to ~cold best",
+        "warm evals to cold's best",
+        "warm/cold",
     ]
     print(
         f"budget {args.budget} evaluations per operator; filled from {', '.join(FILL)} "
         f"({fill['wall_s']:.0f} s); cold {cold['wall_s']:.0f} s, warm {warm['wall_s']:.0f} s"
     )
     print(tabulate(rows, headers=headers))
-    pairs = [
-        (r["cold_evals_to_cold_best"], r["warm_evals_to_cold_best"])
+    shares = [
+        r["warm_evals_to_cold_best"] / r["cold_evals_to_best"]
         for r in results
-        if r["cold_evals_to_cold_best"] and r["warm_evals_to_cold_best"]
+        if r["warm_evals_to_cold_best"] and r["cold_evals_to_best"]
     ]
-    if pairs:
-        ratio = statistics.median(w / c for c, w in pairs)
-        print(f"median (warm evals to reach cold's best) / (cold evals): {ratio:.2f}  (goal <= 0.5)")
+    missed = sum(r["warm_evals_to_cold_best"] is None for r in results)
+    if shares:
+        print(
+            f"median warm/cold evaluations to cold's best: {statistics.median(shares):.2f} (goal <= 0.5); "
+            f"warm never reached cold's best on {missed} of {len(results)}"
+        )
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(
