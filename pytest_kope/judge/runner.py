@@ -16,7 +16,6 @@ import shutil
 import signal
 import sys
 import tempfile
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -275,7 +274,3 @@ def _dedupe(failures: list[str]) -> list[str]:
             seen.add(key)
             out.append(f)
     return out
-
-
-def elapsed(start: float) -> float:
-    return time.monotonic() - start
