@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ from ..candidate import Candidate
 from ..errors import BuildError, KopeError, ToolchainMissing
 from ..operator import Operator
 from ..paths import kope_dir
+from ..spec import parse_spec
 from ..toolchains.base import Kernel, Toolchain
 
 _TOOLCHAINS = pytest.StashKey[dict]()
@@ -44,35 +46,28 @@ def build_cached(config: pytest.Config, op: Operator, candidate: Candidate) -> K
         available = tc.availability()
         if not available.ok:
             pytest.skip(f"kope: toolchain {tc.name} unavailable: {available.reason}")
-        spec = op.spec
-        from ..spec import parse_spec
-
-        own = parse_spec(candidate.source, candidate.filename)
-        from dataclasses import replace
-
+        spec, own = op.spec, parse_spec(candidate.source, candidate.filename)
         # The interface (prototypes, which arguments are in-place) is the oracle's, from the committed
         # source: a candidate that re-declared `x` as non-const or in-place would switch off the input
         # guard for it. The candidate keeps its own tuning space.
-        kernels, inplace = spec.kernels or own.kernels, spec.inplace
-
+        interface = replace(own, kernels=spec.kernels or own.kernels, inplace=spec.inplace)
         builds = (
             Path(os.environ["KOPE_BUILD_DIR"])
             if os.environ.get("KOPE_BUILD_DIR")
             else kope_dir(config) / "builds"
         )
-        kernel = tc.build(candidate, replace(own, kernels=kernels, inplace=inplace), builds)
-    except BuildError as e:
-        where = (
-            op.source
-            if candidate.agent == "baseline"
-            else f"{candidate.filename} (candidate {candidate.short})"
-        )
-        err = KopeError(f"kope: operator {op.name}: build of {where} failed:\n{e.log.rstrip()}")
-        built[candidate.hash] = err
-        pytest.fail(str(err), pytrace=False)
-    except KopeError as e:
-        err = KopeError(f"kope: operator {op.name} ({op.source}): {e}")
-        built[candidate.hash] = err
-        pytest.fail(str(err), pytrace=False)
+        kernel = tc.build(candidate, interface, builds)
+    except KopeError as e:  # a build error or a bad header: remembered, so every test of it fails alike
+        if isinstance(e, BuildError):
+            where = (
+                op.source
+                if candidate.agent == "baseline"
+                else f"{candidate.filename} (candidate {candidate.short})"
+            )
+            message = f"kope: operator {op.name}: build of {where} failed:\n{e.log.rstrip()}"
+        else:
+            message = f"kope: operator {op.name} ({op.source}): {e}"
+        built[candidate.hash] = KopeError(message)
+        pytest.fail(message, pytrace=False)
     built[candidate.hash] = kernel
     return kernel
