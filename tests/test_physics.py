@@ -4,7 +4,9 @@ machine (a real gcc build and run of the probe), the check, the graph round trip
 from __future__ import annotations
 
 import os
+import time
 
+import numpy as np
 import pytest
 
 from pytest_kope.judge.caches import (
@@ -15,6 +17,7 @@ from pytest_kope.judge.caches import (
     parse_lscpu,
     parse_sysfs,
 )
+from pytest_kope.judge.physics import DEFAULT_MARGIN, Ceilings, build_probe, ceilings_for, working_sets
 
 K, M = 1 << 10, 1 << 20
 HW = {"arch": "x86_64", "model": "Test CPU 9000", "simd": ["avx2", "fma"], "cores": 2}
@@ -112,3 +115,101 @@ def test_llc_instances_counts_the_last_level_caches_this_process_spreads_over(tm
     root = sysfs(tmp_path, *ZEN3, shared="0")  # an L3 per CPU: one per CPU this process may use
     assert llc_instances(root) == len(os.sched_getaffinity(0))
     assert llc_instances(tmp_path / "none") == 1
+
+
+def test_working_sets_span_16k_to_4x_the_llc_in_powers_of_4():
+    sizes = working_sets({"L1d": 32 * K, "L2": 512 * K, "L3": 32 * M})
+    assert sizes[0] == 16 * K and sizes[-1] == 128 * M
+    assert all(b == 4 * a for a, b in zip(sizes[:-2], sizes[1:-1]))
+    assert working_sets({"L2": 512 * K, "L3": 32 * M}, llc_instances=4)[-1] == 512 * M
+
+
+def synthetic() -> Ceilings:
+    """An 8-point machine: L1 400, L2 200, L3 150, DRAM 41 GB/s (read), FMA peak 200 GFLOP/s."""
+    sizes = [16 * K * 4**i for i in range(7)] + [128 * M]
+    read = [400.0, 400, 200, 200, 150, 150, 41, 41]
+    return Ceilings.from_json(
+        {"sizes": sizes, "read": read, "write": [x / 2 for x in read], "copy": read, "gflops": 200.0}
+    )
+
+
+def test_the_ceiling_for_a_footprint_is_the_best_figure_from_the_grid_point_at_or_below_it():
+    caps = synthetic()
+    assert caps.bytes_per_s(1) == caps.bytes_per_s(16 * K) == 400e9
+    assert caps.bytes_per_s(20 * M) == 150e9  # fits the L3: the 16 MiB point, not the 64 MiB DRAM one
+    assert caps.bytes_per_s(64 * M) == caps.bytes_per_s(10 << 30) == 41e9
+    assert caps.flops_per_s == 200e9
+
+
+def test_check_message_and_margin():
+    caps = synthetic()
+    reason = caps.check(128_000_000, 128_000_000, 13e-6, margin=2)
+    assert reason == (
+        "moved 128 MB in 0.013 ms = 9846 GB/s, beyond the 41 GB/s this machine's memory reaches"
+        " for a 128 MB working set (x2 margin)"
+    )
+    assert "caches reach for a 1.05 MB working set" in caps.check(M, M, 1e-7)
+    assert caps.check(128 * M, 128 * M, 128 * M / 41e9) == ""  # at the ceiling
+    assert caps.check(128 * M, 128 * M, 128 * M / (41e9 * DEFAULT_MARGIN * 0.99)) == ""
+    assert caps.check(8 * M, 8 * M, 1e-3, flops=1e8) == ""
+    assert caps.check(8 * M, 8 * M, 1e-3, flops=1e12).startswith(
+        "did 1000 GFLOP in 1 ms = 1000000 GFLOP/s, beyond this machine"
+    )
+    assert "no call takes no time" in caps.check(10, 10, 0.0)
+
+
+def test_json_round_trip_merge_and_damaged_records():
+    caps = synthetic()
+    assert Ceilings.from_json(caps.to_json()) == caps
+    higher = Ceilings.from_json(
+        {**caps.to_json(), "sizes": [16 * K], "read": [900], "write": [1], "copy": [1]}
+    )
+    merged = caps.merged(higher)
+    assert merged.bytes_per_s(16 * K) == 900e9 and merged.bytes_per_s(128 * M) == 41e9
+    for junk in ({}, {**caps.to_json(), "read": [1.0]}, {**caps.to_json(), "gflops": 0}):
+        with pytest.raises(ValueError, match="not a ceilings record"):
+            Ceilings.from_json(junk)
+
+
+@pytest.fixture(scope="module")
+def build_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("builds")
+
+
+@pytest.fixture(scope="module")
+def measured(build_dir):
+    """This machine's ceilings, measured once for the module (no graph: measured, not stored)."""
+    build_probe(build_dir)
+    start = time.perf_counter()
+    caps = ceilings_for(None, HW, build_dir)
+    return caps, time.perf_counter() - start
+
+
+def test_a_real_measurement_is_sane_and_quick(measured, build_dir):
+    caps, seconds = measured
+    assert seconds < 5
+    assert caps.sizes[0] == 16 * K and caps.sizes[-1] >= 4 * last_level_cache_bytes(caps.caches)
+    for figures in (caps.read, caps.write, caps.copy):
+        assert min(figures) > 0.5
+    assert caps.read[0] >= caps.read[-1]  # L1 reads beat DRAM reads
+    assert caps.bytes_per_s(16 * K) >= caps.bytes_per_s(1 << 40) > 0.5e9
+    assert caps.gflops > 1 and caps.threads >= 1
+    exe = build_probe(build_dir)  # built once: the second call finds it
+    assert [p.name for p in build_dir.iterdir()] == [exe.parent.name] and exe.parent.name.startswith(
+        "physics-"
+    )
+
+
+def test_check_accepts_an_honest_numpy_copy_and_rejects_an_instant_one(measured):
+    caps, _ = measured
+    src, dst = np.ones(16 * M, np.float32), np.zeros(16 * M, np.float32)  # 64 MiB each
+    np.copyto(dst, src)
+    best = float("inf")
+    for _ in range(5):
+        start = time.perf_counter()
+        np.copyto(dst, src)
+        best = min(best, time.perf_counter() - start)
+    assert caps.check(2 * src.nbytes, 2 * src.nbytes, best) == ""
+    reason = caps.check(128_000_000, 128_000_000, 13e-6)
+    assert reason.startswith("moved 128 MB in 0.013 ms = 9846 GB/s, beyond the ")
+    assert "this machine's memory reaches for a 128 MB working set (x4 margin)" in reason
