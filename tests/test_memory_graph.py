@@ -50,9 +50,10 @@ def test_open_creates_parent_folder_wal_views_and_fts(tmp_path):
         assert g.db.journal_mode == "wal"
         assert {"attempt_summary", "best_per_task", "lesson_summary", "run_usage"} <= set(g.db.view_names())
         assert {"lessons_fts", "observations_fts"} <= set(g.db.table_names())
-        assert [m.name for m in migrations.applied(g.db)] == ["m001_core", "m002_llm_usage", "m003_views"]
+        names = ["m001_core", "m002_llm_usage", "m003_views", "m004_ceilings"]
+        assert [m.name for m in migrations.applied(g.db)] == names
     with Graph(path) as g:  # reopening applies nothing twice
-        assert len(migrations.applied(g.db)) == 3
+        assert len(migrations.applied(g.db)) == 4
 
 
 def test_an_older_database_is_migrated_keeping_its_rows(tmp_path):
@@ -79,7 +80,8 @@ def test_an_older_database_is_migrated_keeping_its_rows(tmp_path):
     old.close()
 
     with Graph(path) as g:
-        assert [m.name for m in migrations.applied(g.db)] == ["m001_core", "m002_llm_usage", "m003_views"]
+        names = ["m001_core", "m002_llm_usage", "m003_views", "m004_ceilings"]
+        assert [m.name for m in migrations.applied(g.db)] == names
         assert "tokens_cache_read" in g.db["runs"].columns_dict
         assert g.lookup(1, "h1")["params"] == {"BLOCK": 8}
         g.record_llm_call("r0", "softmax", "claude-test", {"input_tokens": 10, "output_tokens": 2})

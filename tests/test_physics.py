@@ -8,6 +8,7 @@ import time
 
 import numpy as np
 import pytest
+from sqlite_utils import Database
 
 from pytest_kope.judge.caches import (
     FALLBACK_CACHES,
@@ -18,6 +19,8 @@ from pytest_kope.judge.caches import (
     parse_sysfs,
 )
 from pytest_kope.judge.physics import DEFAULT_MARGIN, Ceilings, build_probe, ceilings_for, working_sets
+from pytest_kope.memory import Graph
+from pytest_kope.memory.schema import migrations
 
 K, M = 1 << 10, 1 << 20
 HW = {"arch": "x86_64", "model": "Test CPU 9000", "simd": ["avx2", "fma"], "cores": 2}
@@ -213,3 +216,44 @@ def test_check_accepts_an_honest_numpy_copy_and_rejects_an_instant_one(measured)
     reason = caps.check(128_000_000, 128_000_000, 13e-6)
     assert reason.startswith("moved 128 MB in 0.013 ms = 9846 GB/s, beyond the ")
     assert "this machine's memory reaches for a 128 MB working set (x4 margin)" in reason
+
+
+def test_graph_round_trip_and_ceilings_for_loads_before_measuring(tmp_path):
+    db = tmp_path / ".kope" / "experience.db"
+    caps = synthetic()
+    with Graph(db) as graph:
+        assert graph.ceilings(HW) is None
+        graph.save_ceilings(HW, caps.to_json())
+    with Graph(db) as graph:
+        assert Ceilings.from_json(graph.ceilings(HW)) == caps
+        assert graph.ceilings({**HW, "model": "another"}) is None
+        builds = tmp_path / "builds"
+        assert ceilings_for(graph, HW, builds) == caps
+        assert not builds.exists()  # loaded, nothing built or measured
+        row = graph.one(
+            "SELECT h.label, c.measured_at FROM ceilings c JOIN hardware h ON h.id = c.hardware_id"
+        )
+        assert row and row["label"].startswith("Test CPU 9000") and row["measured_at"]
+
+
+def test_refresh_measures_again_keeping_the_higher_figures(tmp_path, build_dir):
+    caps = synthetic()
+    inflated = Ceilings.from_json({**caps.to_json(), "read": [1e6] + list(caps.read[1:])})
+    with Graph(tmp_path / "experience.db") as graph:
+        graph.save_ceilings(HW, inflated.to_json())
+        fresh = ceilings_for(graph, HW, build_dir, refresh=True)
+        assert fresh.bytes_per_s(16 * K) == 1e15  # kept the higher stored figure
+        assert fresh.threads >= 1 and Ceilings.from_json(graph.ceilings(HW)) == fresh
+
+
+def test_an_older_database_gains_the_ceilings_table(tmp_path):
+    path = tmp_path / "old.db"
+    old = Database(path)
+    migrations.apply(old, stop_before="m004_ceilings")
+    old["hardware"].insert({"id": "abc", "arch": "x86_64"})
+    assert "ceilings" not in old.table_names()
+    old.close()
+    with Graph(path) as graph:
+        assert "ceilings" in graph.db.table_names() and graph.db["hardware"].count == 1
+        graph.save_ceilings(HW, synthetic().to_json())
+        assert graph.ceilings(HW) == synthetic().to_json()

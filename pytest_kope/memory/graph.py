@@ -167,6 +167,18 @@ class Graph:
     def _ensure_run(self, run_id: str) -> None:
         self.db.table("runs").insert({"id": run_id, "started": now()}, ignore=True)
 
+    def ceilings(self, hardware: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The stored physics ceilings of this hardware (Ceilings.to_json()), or None."""
+        row = self.one("SELECT data FROM ceilings WHERE hardware_id = ?", (hardware_row(hardware)["id"],))
+        return json.loads(row["data"]) if row else None
+
+    def save_ceilings(self, hardware: Mapping[str, Any], data: Mapping[str, Any]) -> None:
+        """Store (replacing) this hardware's physics ceilings."""
+        hw = self.hardware_id(hardware)
+        with self.db.atomic():
+            row = {"hardware_id": hw, "measured_at": now(), "data": _json(dict(data))}
+            self.db.table("ceilings").upsert(row, pk="hardware_id")
+
     # -- attempts -----------------------------------------------------------------------------------
 
     def _attempt_id(self, task_id: int, candidate_hash: str) -> int | None:
@@ -355,6 +367,13 @@ class Graph:
             "outcomes": grouped("outcome"),
             "agents": grouped("agent"),
             "operators": grouped("(SELECT operator FROM tasks WHERE tasks.id = attempts.task_id)"),
+            "ceilings": [
+                {**r, "data": json.loads(r["data"])}
+                for r in self.rows(
+                    "SELECT coalesce(h.label, c.hardware_id) AS hardware, c.measured_at, c.data"
+                    " FROM ceilings c LEFT JOIN hardware h ON h.id = c.hardware_id ORDER BY c.measured_at"
+                )
+            ],
         }
 
     def export_jsonl(self, path: Path | str) -> int:

@@ -13,6 +13,7 @@ Tables (readable in Datasette or `sqlite-utils tables .kope/experience.db`):
 - attempts: one per judged candidate of a task (unique candidate_hash per task)
 - observations: what judging saw (build_log, test_failure, timing, crash, screen, note)
 - lessons: one sentence learned, scoped by operator, family, toolchain, hardware; value = P(it helps)
+- ceilings: measured bandwidth per working-set size and FMA peak per hardware (JSON)
 - edges: typed links between rows (derived_from, evaluated_on, observed, learned_from, about,
   used_in_context)
 - views: attempt_summary, best_per_task, lesson_summary, run_usage
@@ -244,4 +245,16 @@ def m003_views(db: Database) -> None:
         FROM runs r LEFT JOIN llm_calls c ON c.run_id = r.id GROUP BY r.id
         """,
         replace=True,
+    )
+
+
+@migrations()
+def m004_ceilings(db: Database) -> None:
+    """Measured bandwidth and FMA ceilings per hardware (judge/physics.py), as JSON: the bound no
+    honest time can beat, measured once per fingerprint."""
+    db.table("ceilings").create(
+        {"hardware_id": str, "measured_at": str, "data": str},
+        pk="hardware_id",
+        not_null={"data"},
+        foreign_keys=[("hardware_id", "hardware", "id")],
     )
