@@ -1,6 +1,6 @@
 """`kope`: read and move the experience graph from the shell.
 
-    kope graph stats                 counts per table, per outcome, per agent
+    kope graph stats                 counts per table, per outcome, per agent; measured ceilings
     kope graph show OPERATOR         each task's attempts as a tree by parent links
     kope lessons [--operator X] [--limit N]
     kope export FILE.jsonl           the whole graph as JSON Lines
@@ -108,6 +108,27 @@ def _stats(graph: Any) -> None:
         if stats[title]:
             print()
             print(tabulate(list(stats[title].items()), headers=[title[:-1], "attempts"]))
+    for c in stats["ceilings"]:
+        data = c["data"]
+        print()
+        print(
+            f"ceilings on {c['hardware']} (measured {c['measured_at'][:19]}, {data.get('threads', '?')} threads):"
+            f" FMA peak {data['gflops']:.0f} GFLOP/s"
+        )
+        rows = [
+            (_bytes(size), f"{r:.1f}", f"{w:.1f}", f"{cp:.1f}")
+            for size, r, w, cp in zip(data["sizes"], data["read"], data["write"], data["copy"])
+        ]
+        print(
+            tabulate(
+                rows, headers=["working set", "read GB/s", "write GB/s", "copy GB/s"], disable_numparse=True
+            )
+        )
+
+
+def _bytes(n: int) -> str:
+    units = ((30, "GiB"), (20, "MiB"), (10, "KiB"), (0, "B"))
+    return next(f"{n / (1 << s):.4g} {u}" for s, u in units if n >> s or not s)
 
 
 def _fmt(x: float | None, suffix: str = "") -> str:

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from sqlite_utils import Database
 
+from pytest_kope.cli import main
 from pytest_kope.judge.caches import (
     FALLBACK_CACHES,
     cache_sizes,
@@ -257,3 +258,17 @@ def test_an_older_database_gains_the_ceilings_table(tmp_path):
         assert "ceilings" in graph.db.table_names() and graph.db["hardware"].count == 1
         graph.save_ceilings(HW, synthetic().to_json())
         assert graph.ceilings(HW) == synthetic().to_json()
+
+
+def test_kope_graph_stats_shows_the_stored_ceilings(tmp_path, capsys):
+    db = tmp_path / "experience.db"
+    with Graph(db) as graph:
+        graph.save_ceilings(HW, synthetic().to_json())
+    assert main(["--db", str(db), "graph", "stats"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    title = next(i for i, line in enumerate(out) if line.startswith("ceilings on Test CPU 9000"))
+    assert out[title].endswith("FMA peak 200 GFLOP/s")
+    assert out[title + 1].split() == ["working", "set", "read", "GB/s", "write", "GB/s", "copy", "GB/s"]
+    rows = [line.split() for line in out[title + 3 : title + 11]]
+    assert rows[0] == ["16", "KiB", "400.0", "200.0", "400.0"]
+    assert rows[-1] == ["128", "MiB", "41.0", "20.5", "41.0"]
