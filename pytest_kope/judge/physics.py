@@ -30,6 +30,7 @@ from typing import Any, Protocol
 
 from ..errors import KopeError
 from ..hardware import cpu_fingerprint
+from ..toolchains.c import compiler_version
 from .caches import cache_sizes, last_level_cache_bytes, llc_instances
 
 SMALLEST = 16 << 10
@@ -54,9 +55,10 @@ def build_probe(build_dir: Path) -> Path:
         raise PhysicsProbeFailed(
             f"no C compiler {cc!r} on PATH to build the bandwidth probe (install gcc or set CC)"
         )
-    version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout
     # -march=native code is only valid on this CPU: a build cache shared between machines keys on it
-    key = json.dumps([PROBE_C.read_text(), FLAGS, version, cpu_fingerprint()], sort_keys=True, default=str)
+    key = json.dumps(
+        [PROBE_C.read_text(), FLAGS, compiler_version(cc), cpu_fingerprint()], sort_keys=True, default=str
+    )
     exe = Path(build_dir) / f"physics-{hashlib.sha256(key.encode()).hexdigest()[:12]}" / "probe"
     if exe.is_file():
         return exe

@@ -19,7 +19,7 @@ from ..candidate import Candidate
 from ..judge.outcome import Judged, Outcome, Timing
 from .observe import observations_of, token_counts
 from .schema import EDGE_RELATIONS, open_database
-from .scope import hardware_row
+from .scope import hardware_key, hardware_row
 
 if TYPE_CHECKING:
     from .recall import Recall, RecallQuery
@@ -169,7 +169,7 @@ class Graph:
 
     def ceilings(self, hardware: Mapping[str, Any]) -> dict[str, Any] | None:
         """The stored physics ceilings of this hardware (Ceilings.to_json()), or None."""
-        row = self.one("SELECT data FROM ceilings WHERE hardware_id = ?", (hardware_row(hardware)["id"],))
+        row = self.one("SELECT data FROM ceilings WHERE hardware_id = ?", (hardware_key(hardware),))
         return json.loads(row["data"]) if row else None
 
     def save_ceilings(self, hardware: Mapping[str, Any], data: Mapping[str, Any]) -> None:
