@@ -20,6 +20,14 @@ class BuildError(KopeError):
         super().__init__(f"build of {source} failed:\n{log.rstrip()}")
 
 
+class LibraryRejected(BuildError):
+    """A candidate built, but the built library does something no kernel may (screened after the build)."""
+
+
+class InterfaceChanged(KopeError):
+    """A candidate declares kernels or in-place arguments other than the committed source's."""
+
+
 class ToolchainMissing(KopeError):
     """The toolchain an operator needs is not installed or has no device here."""
 

@@ -20,6 +20,7 @@ class Operator:
     source: Path  # absolute path of the committed kernel source
     toolchain: str
     family: str
+    rtol: float | None = None  # norm-wise tolerance of candidate against committed kernel (marker `rtol=`)
 
     @property
     def text(self) -> str:
@@ -39,6 +40,22 @@ class Operator:
             idea="committed kernel",
             agent="baseline",
         )
+
+
+def interface_change(committed: KernelSpec, candidate: KernelSpec) -> str:
+    """How a candidate's declared interface differs from the committed one ("" when it does not).
+
+    The committed `kernel` and `inplace` lines are the oracle's: they say which arguments the guards
+    treat as read-only, so a candidate may not redeclare them (it keeps its own tuning space).
+    """
+    norm = [" ".join(k.replace("*", " * ").replace(",", " , ").split()) for k in committed.kernels]
+    theirs = [" ".join(k.replace("*", " * ").replace(",", " , ").split()) for k in candidate.kernels]
+    if theirs != norm:
+        return f"declares kernels {candidate.kernels} but the committed source declares {committed.kernels}"
+    if candidate.inplace != committed.inplace:
+        mine = ", ".join(sorted(committed.inplace)) or "none"
+        return f"declares in-place arguments {', '.join(sorted(candidate.inplace)) or 'none'} (committed: {mine})"
+    return ""
 
 
 def _read(path: Path) -> str:
@@ -69,7 +86,12 @@ def operator_of(item: pytest.Item) -> Operator | None:
         raise pytest.UsageError(
             f"{item.nodeid}: cannot tell the toolchain of {path.name}; pass toolchain=..."
         )
-    return Operator(name, path, toolchain, mark.kwargs.get("family", name))
+    rtol = mark.kwargs.get("rtol")
+    if rtol is not None and not (isinstance(rtol, (int, float)) and 0 < rtol < 1):
+        raise pytest.UsageError(
+            f"{item.nodeid}: pytest.mark.kope(rtol=...) takes a number in (0, 1), got {rtol!r}"
+        )
+    return Operator(name, path, toolchain, mark.kwargs.get("family", name), rtol)
 
 
 def is_performance_test(item: pytest.Item) -> bool:

@@ -13,16 +13,13 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from .operator import MARKER, is_performance_test, operator_of
+from .settings import BENCH, BUILT, SEED, bench_session
 
 if TYPE_CHECKING:
     from .candidate import Candidate
-    from .judge.bench import Bench, BenchSession
+    from .judge.bench import Bench
     from .judge.guards import GuardedKernel
     from .operator import Operator
-
-SEED = pytest.StashKey[int]()
-BENCH = pytest.StashKey["BenchSession"]()
-BUILT = pytest.StashKey[dict]()
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -145,14 +142,6 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
     return report
 
 
-def _bench_session(config: pytest.Config) -> BenchSession:
-    if BENCH not in config.stash:
-        from .judge.bench import BenchSession
-
-        config.stash[BENCH] = BenchSession()
-    return config.stash[BENCH]
-
-
 @pytest.fixture
 def kope_seed(request: pytest.FixtureRequest) -> int:
     """The seed of this test's random inputs (a judging child parametrizes it over several seeds)."""
@@ -202,7 +191,7 @@ def kope_bench(request: pytest.FixtureRequest, kernel: GuardedKernel) -> Bench:
     from .judge.building import toolchain_of
 
     timer = toolchain_of(request.config, kernel.kernel.candidate.toolchain).timer()
-    return Bench(request.node.nodeid, timer, _bench_session(request.config), pytest.skip)
+    return Bench(request.node.nodeid, timer, bench_session(request.config), pytest.skip)
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:

@@ -29,7 +29,7 @@ from .judge.runner import Judge, Plan
 from .judge.stats import PairedRatio
 from .operator import Operator, is_performance_test, operator_of
 from .paths import ensure_kope_dir, kope_dir
-from .plugin import SEED
+from .settings import SEED
 from .spec import parse_spec
 
 
@@ -196,8 +196,28 @@ class KopeSession:
             self.run_dir / op.name,
             self._devices(tc),
             tuple(self.config.getini("kope_plugins")),
+            self._ceilings(tc),
         )
         return plan, tc
+
+    def _ceilings(self, tc: Any) -> dict[str, Any] | None:
+        """This machine's measured memory and FMA ceilings, for kernels timed on the host CPU."""
+        if not getattr(tc, "timed_on_host", False):
+            return None
+        from .judge.physics import PhysicsProbeFailed, ceilings_for
+
+        fresh = not getattr(
+            self, "_ceilings_measured", False
+        )  # measured again once a run: ceilings only rise
+        self._ceilings_measured = True
+        try:
+            found = ceilings_for(
+                self.graph, tc.fingerprint(), kope_dir(self.config) / "builds", refresh=fresh
+            )
+            return found.to_json()
+        except PhysicsProbeFailed as e:
+            self.say(f"kope: no physical bound on timings: {e}", red=True)
+            return None
 
     def _devices(self, tc: Any) -> tuple[int, ...]:
         """--kope-devices 0,1 (or ini kope_devices), else every device the toolchain counts (none on a CPU)."""
@@ -222,7 +242,7 @@ class KopeSession:
         task = self.graph.task_id(op.name, op.family, op.toolchain, hw)
         started = time.monotonic()
 
-        baseline = judge.correctness([op.baseline()])[0]
+        baseline = judge.baseline(op.baseline())
         if not baseline.outcome.correct:
             raise BaselineBroken(
                 f"the committed kernel {op.source} fails its own correctness tests "
@@ -312,20 +332,22 @@ class KopeSession:
                 f"({incumbent.candidate.short}: {incumbent.candidate.idea})"
             )
 
-        summary = self._conclude(
-            op,
-            judge,
-            plan,
-            baseline,
-            incumbent,
-            history,
-            evaluations,
-            evaluations_to_best,
-            time.monotonic() - started,
-            hw,
-            task,
-        )
-        return summary
+        try:
+            return self._conclude(
+                op,
+                judge,
+                plan,
+                baseline,
+                incumbent,
+                history,
+                evaluations,
+                evaluations_to_best,
+                time.monotonic() - started,
+                hw,
+                task,
+            )
+        finally:
+            judge.close()
 
     def _descends(self, task: int, judged: Judged, root: str) -> bool:
         """Whether a recorded attempt was derived from `root` (resume only from the committed kernel's line)."""
@@ -416,6 +438,7 @@ class KopeSession:
             self.say(
                 f"kope {op.name}: verifying {incumbent.candidate.short} in a fresh process against the baseline"
             )
+            judge.baseline(baseline.candidate)  # the differential check on inputs never seen before
             fresh = judge.correctness([incumbent.candidate])[0]
             if fresh.outcome.correct:
                 judge.performance(fresh, baseline.candidate)

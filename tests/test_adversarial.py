@@ -33,8 +33,13 @@ from pytest_kope.judge import sandbox
 TRICKS = Path(__file__).parent / "adversarial" / "softmax"
 FAKE_KEY = "sk-ant-kope-FAKE-a7c3e9d1f00d4b2c"
 NOT_CORRECT = {"incorrect", "crashed", "timeout", "rejected", "compile_failed", "runtime_failed"}
-OUTSIDE = [Path("/tmp/kope-pwned-by-candidate"), Path("/tmp/kope-pwned-by-candidate-rel")]
+OUTSIDE = [
+    Path("/tmp/kope-pwned-by-candidate"),
+    Path("/tmp/kope-pwned-by-candidate-rel"),
+    Path("/tmp/kope-pwned-by-require"),
+]
 DEEP = ["thread_escape", "forkbomb_raw", "env_proc_raw", "write_outside", "delete_repo", "forge_results"]
+DEFUSED = {"content_cache"}  # tricks the judge makes pointless rather than catches
 X86 = platform.machine() in ("x86_64", "AMD64")
 
 JAIL, JAIL_WHY = sandbox.bubblewrap()
@@ -227,7 +232,11 @@ def test_no_trick_is_crowned(request, which):
     run: Run = request.getfixturevalue(which)
     tricks = {c["id"] for n, c in run.by_name.items() if n != "control_ok"}
     assert run.op["best"]["id"] not in tricks
-    assert all(run.by_name[n]["outcome"] in NOT_CORRECT for n in run.by_name if n != "control_ok")
+    for name, c in run.by_name.items():
+        if name in DEFUSED:  # its trick never fires: it runs as the honest kernel it wraps, uncrowned
+            assert c["outcome"] != "better", c
+        elif name != "control_ok":
+            assert c["outcome"] in NOT_CORRECT, (name, c["outcome"], c["failures"][:1])
     for branch in _git(run.repo, "for-each-ref", "--format=%(refname)", "refs/heads/kope/").split():
         body = _git(run.repo, "log", "-1", "--format=%B", branch)
         assert not any(t in body for t in tricks), body
@@ -253,6 +262,10 @@ def test_api_key_never_seen(request, which):
         if p.is_file():
             assert FAKE_KEY.encode() not in p.read_bytes(), f"the key leaked into {p}"
     assert FAKE_KEY not in run.output
+    objects = subprocess.run(
+        ["git", "cat-file", "--batch-all-objects", "--batch"], cwd=run.repo, capture_output=True, check=True
+    ).stdout
+    assert FAKE_KEY.encode() not in objects, "the key reached a git object"
 
 
 # -- the oracle ------------------------------------------------------------------------------------
@@ -272,7 +285,54 @@ def test_input_mutation(main):
 
 def test_interface_redeclared_to_mutate_input(main):
     """A candidate cannot re-declare x as non-const/in-place: the interface is the operator's."""
-    _assert_failed(main, "inplace_redeclared", {"incorrect"}, r"modified input 'x'")
+    _assert_failed(main, "inplace_redeclared", {"rejected"}, r"interface stays the committed one")
+
+
+# -- timing that cannot be gamed ---------------------------------------------------------------------
+
+
+def test_content_keyed_cache_never_hits_a_timed_call(main):
+    """Every timed round sees inputs no call saw before: a cache of the last input never hits, so
+    the trick times like the honest kernel it wraps and is not crowned."""
+    c = main.outcome("content_cache")
+    assert c["outcome"] in {"ok", "incorrect", "suspect"}, c
+    assert (c.get("speedup") or 0) < 3, c
+
+
+def test_structure_keyed_cache_is_caught(main):
+    _assert_failed(
+        main,
+        "structure_cache",
+        NOT_CORRECT | {"suspect"},
+        r"timed outputs differ|unwritten|beyond|differential check",
+    )
+
+
+def test_stale_output_on_rotation_is_caught(main):
+    _assert_failed(main, "stale_rotation", NOT_CORRECT | {"suspect"}, r"timed outputs differ|beyond")
+
+
+# -- the committed kernel as a reference ---------------------------------------------------------------
+
+
+def test_overflow_on_large_inputs_is_caught(main):
+    _assert_failed(main, "overflow_large", {"incorrect"}, r"differential check.*scaled x1000.*non-finite")
+
+
+def test_data_race_is_caught(main):
+    _assert_failed(main, "race_omp", {"incorrect"}, r"max error|differ|non-finite")
+
+
+# -- nothing a candidate writes is executed or trusted by the controller ------------------------------
+
+
+def test_require_payload_is_parsed_not_run(main):
+    _assert_failed(main, "require_payload", {"rejected"}, r"require")
+    assert not Path("/tmp/kope-pwned-by-require").exists()
+
+
+def test_glibc_alias_refused_by_library_allow_list(main):
+    _assert_failed(main, "glibc_alias", {"rejected"}, r"imports .*__open")
 
 
 def test_pointer_keyed_cache(main):

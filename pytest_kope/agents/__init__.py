@@ -38,6 +38,6 @@ def pytest_kope_make_agent(name: str, config: pytest.Config) -> Any:
 
 
 def _seed_key():
-    from ..plugin import SEED
+    from ..settings import SEED
 
     return SEED

@@ -6,6 +6,7 @@ child it times the candidate paired with a reference kernel (the incumbent or th
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +28,8 @@ class BenchRecord:
 @dataclass
 class PairedRecord:
     timing: Timing
-    suspect: str = ""
+    suspect: str = ""  # faster than physics allows: why
+    mismatch: str = ""  # the candidate's timed outputs differ from the reference's: why
 
 
 @dataclass
@@ -37,7 +39,9 @@ class BenchSession:
     reference: Kernel | None = None
     plain: list[BenchRecord] = field(default_factory=list)
     paired: list[PairedRecord] = field(default_factory=list)
-    max_bytes_per_s: float | None = None  # a physical bound; faster than this is suspect
+    # (bytes touched per call, working set, seconds per call) -> why that is faster than physics, or ""
+    plausible: Callable[[int, int, float], str] | None = None
+    rtol: float = 1e-3  # timed outputs: candidate against the reference, norm-wise
 
 
 class Bench:
@@ -55,15 +59,17 @@ class Bench:
         clock, sync = self.timer.clock, self.timer.sync
         ref = self.session.reference
         if ref is None:
-            stats = timing.measure(fn.raw, args, clock, sync)
+            stats = timing.measure(fn.raw, args, clock, sync, roles=[a.role for a in fn.args])
             self.session.plain.append(BenchRecord(self.nodeid, fn.name, stats, moved))
             return stats
-        ref_stats, cand_stats, ratio = timing.measure_paired(
-            ref.functions[fn.name].raw, fn.raw, args, clock, sync
+        roles = [a.role for a in fn.args]
+        paired = timing.measure_paired(
+            ref.functions[fn.name].raw, fn.raw, args, clock, sync, roles=roles, rtol=self.session.rtol
         )
+        ratio, cand_stats = paired.ratio, paired.candidate
         record = Timing(
             self.nodeid,
-            ref_stats.median,
+            paired.reference.median,
             cand_stats.median,
             ratio.median,
             ratio.low,
@@ -71,12 +77,7 @@ class Bench:
             ratio.rounds,
             moved,
         )
-        bound = self.session.max_bytes_per_s
-        suspect = ""
-        if bound and moved > 4 * timing.last_level_cache_bytes() and moved / cand_stats.median > bound:
-            suspect = (
-                f"moved {moved / 1e6:.0f} MB in {cand_stats.median * 1e3:.3f} ms = "
-                f"{moved / cand_stats.median / 1e9:.0f} GB/s, beyond this machine's {bound / 1e9:.0f} GB/s"
-            )
-        self.session.paired.append(PairedRecord(record, suspect))
+        check = self.session.plausible
+        suspect = check(moved, moved * paired.copies, cand_stats.median) if check else ""
+        self.session.paired.append(PairedRecord(record, suspect, paired.mismatch))
         return cand_stats

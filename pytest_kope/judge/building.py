@@ -9,13 +9,15 @@ from pathlib import Path
 import pytest
 
 from ..candidate import Candidate
-from ..errors import BuildError, KopeError, ToolchainMissing
+from ..errors import BuildError, KopeError, LibraryRejected, ToolchainMissing
 from ..operator import Operator
 from ..paths import kope_dir
 from ..spec import parse_spec
 from ..toolchains.base import Kernel, Toolchain
 
 _TOOLCHAINS = pytest.StashKey[dict]()
+# candidate hash -> (outcome kind, message) of a failed build, for the judging child's typed events
+FAILED_BUILDS: dict[str, tuple[str, str]] = {}
 
 
 def toolchain_of(config: pytest.Config, name: str) -> Toolchain:
@@ -33,7 +35,7 @@ def toolchain_of(config: pytest.Config, name: str) -> Toolchain:
 
 def build_cached(config: pytest.Config, op: Operator, candidate: Candidate) -> Kernel:
     """Build once per process; a failure becomes a test error naming the operator and the file."""
-    from ..plugin import BUILT
+    from ..settings import BUILT
 
     built = config.stash[BUILT]
     if candidate.hash in built:
@@ -65,8 +67,11 @@ def build_cached(config: pytest.Config, op: Operator, candidate: Candidate) -> K
                 else f"{candidate.filename} (candidate {candidate.short})"
             )
             message = f"kope: operator {op.name}: build of {where} failed:\n{e.log.rstrip()}"
+            kind = "rejected" if isinstance(e, LibraryRejected) else "compile_failed"
         else:
             message = f"kope: operator {op.name} ({op.source}): {e}"
+            kind = "compile_failed"
+        FAILED_BUILDS[candidate.hash] = (kind, message)
         built[candidate.hash] = KopeError(message)
         pytest.fail(message, pytrace=False)
     built[candidate.hash] = kernel

@@ -1,16 +1,14 @@
 """The plugin a judging child loads (`-p pytest_kope.judge.child --kope-child SPEC.json`).
 
 It parametrizes the operator's tests over the candidate (and the seeds), keeps only the tests the
-controller selected, sets the reference kernel for paired timing, and streams results as JSON lines
-so that a crash mid-run still leaves what happened before it.
+controller selected, sets the reference kernel for paired timing, records the committed kernel's
+calls or replays them through the candidate (the differential check), and streams typed, signed
+events as JSON lines so that a crash mid-run still leaves what happened before it.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
-import os
 import re
 from pathlib import Path
 from typing import Any
@@ -19,6 +17,10 @@ import pytest
 
 from ..candidate import Candidate
 from ..operator import Operator, operator_of
+from . import guards
+from .arrays import DEFAULT_RTOL
+from .guards import GuardedKernel
+from .protocol import read_key, sign
 
 _OURS = re.compile(r"-?kope-(?:[0-9a-f]{8}|seed\d+)")
 
@@ -44,6 +46,15 @@ class Child:
         self.out = open(spec["results"], "a", buffering=1)  # noqa: SIM115 - line-buffered for the whole session
         self.kinds: dict[str, str] = {}
         self.key = read_key(spec.get("key_fd"))
+        self.record = Path(spec["record"]) if spec.get("record") else None
+        self.replay = Path(spec["replay"]) if spec.get("replay") else None
+        self.rtol = float(spec.get("rtol") or DEFAULT_RTOL)
+        self.ceilings = spec.get("ceilings")  # this machine's measured bandwidth and FMA ceilings
+        self.recorder = None
+        if self.record is not None:
+            from .differential import Recorder
+
+            self.recorder = guards.RECORDER = Recorder()
 
     def emit(self, **event: Any) -> None:
         self.out.write(sign(self.key, json.dumps(event, default=str)) + "\n")
@@ -65,24 +76,36 @@ class Child:
         if dropped:
             config.hook.pytest_deselected(items=dropped)
         items[:] = keep
-        self.emit(event="collected", count=len(keep))
+        self.emit(
+            event="collected",
+            items=[
+                {"id": i.nodeid, "test": base_nodeid(i.nodeid), "fresh": "kope_seed" in i.fixturenames}
+                for i in keep
+            ],
+        )
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         if self.reference is None:
             return
-        from ..plugin import _bench_session
+        from ..settings import bench_session as _bench_session
         from .building import build_cached
-        from .timing import last_level_cache_bytes
 
         bench = _bench_session(self.config)
-        op = Operator(**{**self.operator, "source": Path(self.operator["source"])})
-        bench.reference = build_cached(self.config, op, self.reference)
-        # Reads can stream faster than a copy and DRAM flips between regimes ~1.6x apart: 3x a measured
-        # copy is a bound no honest kernel reaches, and one a result read from nowhere exceeds easily.
-        bench.max_bytes_per_s = _copy_bandwidth(4 * last_level_cache_bytes()) * 3.0
+        bench.reference = build_cached(self.config, self.op, self.reference)
+        bench.rtol = self.rtol
+        if self.ceilings:
+            from .physics import Ceilings
+
+            bench.plausible = Ceilings.from_json(self.ceilings).check
+
+    @property
+    def op(self) -> Operator:
+        return Operator(**{**self.operator, "source": Path(self.operator["source"])})
 
     def pytest_runtest_logstart(self, nodeid: str) -> None:
         self.emit(event="start", test=base_nodeid(nodeid))
+        if self.recorder is not None:
+            self.recorder.test = base_nodeid(nodeid)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo) -> Any:
@@ -100,6 +123,7 @@ class Child:
             message = crash.message if crash is not None else str(report.longrepr)
         self.emit(
             event="report",
+            id=report.nodeid,
             test=base_nodeid(report.nodeid),
             when=report.when,
             outcome=report.outcome,
@@ -109,62 +133,43 @@ class Child:
         )
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        from ..plugin import BENCH
+        from ..settings import BENCH
+        from .building import FAILED_BUILDS
 
+        for digest, (kind, message) in FAILED_BUILDS.items():
+            self.emit(event="build_failed", candidate=digest, kind=kind, message=message[:4000])
         bench = self.config.stash.get(BENCH, None)
         for record in bench.paired if bench else []:
             self.emit(
                 event="timing",
                 suspect=record.suspect,
+                mismatch=record.mismatch,
                 **{**record.timing.__dict__, "test": base_nodeid(record.timing.test)},
             )
+        if self.recorder is not None and self.record is not None:
+            guards.RECORDER = None
+            self.emit(event="recorded", count=self.recorder.write(self.record))
+        if self.replay is not None and session.testsfailed == 0 and not FAILED_BUILDS:
+            self._replay()
         self.emit(event="done")
         self.out.close()
 
+    def _replay(self) -> None:
+        from .building import build_cached
+        from .differential import replay
 
-def read_key(fd: int | None) -> bytes:
-    """The controller's signing key, from a pipe drained and closed before any candidate code is loaded:
-    a kernel (native code in this process) can write lines into results.jsonl, but cannot sign them."""
-    if fd is None:
-        return b""
-    chunks = []
-    while chunk := os.read(fd, 64):
-        chunks.append(chunk)
-    os.close(fd)
-    return b"".join(chunks)
-
-
-def sign(key: bytes, payload: str) -> str:
-    return hmac.new(key, payload.encode(), hashlib.sha256).hexdigest() + " " + payload
-
-
-def verify(key: bytes, line: str) -> str | None:
-    """The payload of a line `sign` wrote with `key`, else None."""
-    mac, _, payload = line.partition(" ")
-    good = hmac.new(key, payload.encode(), hashlib.sha256).hexdigest()
-    return payload if hmac.compare_digest(mac, good) else None
-
-
-def _copy_bandwidth(nbytes: int) -> float:
-    """Bytes per second moved by numpy copying a buffer larger than the cache (read + write)."""
-    import time
-
-    import numpy as np
-
-    a = np.ones(nbytes // 4, dtype=np.float32)
-    b = np.empty_like(a)
-    best = float("inf")
-    for _ in range(3):
-        t0 = time.perf_counter()
-        np.copyto(b, a)
-        best = min(best, time.perf_counter() - t0)
-    return 2 * a.nbytes / best
+        self.emit(event="start", test="differential check")
+        try:
+            kernel = GuardedKernel(build_cached(self.config, self.op, self.candidate))
+        except BaseException as e:  # noqa: BLE001 - a failed build is reported by its own event
+            self.emit(event="replayed", problems=[f"could not load the candidate: {e}"][:1])
+            return
+        problems = replay(self.replay, kernel._functions, Path("replayed").resolve())
+        self.emit(event="replayed", problems=problems[:5])
 
 
 def pytest_configure(config: pytest.Config) -> None:
     path = config.getoption("kope_child")
     if path:
-        from . import guards
-
         guards.PROBE = True  # results must follow the data, not the buffers' addresses
         config.pluginmanager.register(Child(config, json.loads(Path(path).read_text())), "kope-child")

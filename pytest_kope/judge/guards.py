@@ -1,69 +1,164 @@
 """Oracle guards around every kernel call a test makes; user tests need no change.
 
+Each guard is one small class in `GUARDS`: `before(call)` runs just before the kernel, `after(call)`
+returns what it found wrong. Adding a guard is one class and one line in the list.
+
 - outputs are poisoned before the call and must be fully written after it;
 - inputs must come back unchanged (unless declared `kope: inplace`);
-- outputs must not change after the call returned (a thread still writing);
 - the floating-point control state (x86 MXCSR: rounding, FTZ/DAZ) must be left as it was;
+- outputs must not change after the call returned (a thread still writing);
 - in a judging child (`PROBE`), a result must follow the data, not the buffer's address: a call with
   the same shapes as an earlier one is repeated with the earlier inputs copied into this call's
   buffers, and must give the earlier outputs (a cache keyed by pointer returns this call's instead).
+
+A judging child may also set `RECORDER`, which sees each call's inputs and outputs (the differential
+check records the committed kernel's calls this way).
 """
 
 from __future__ import annotations
 
 import time
-import zlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from ..errors import GuardViolation
 from ..toolchains.base import IN, INOUT, OUT, SCALAR, Kernel, KernelFunction
-from . import fpstate
+from . import arrays, fpstate
 
-# NaNs with a payload no arithmetic produces (computed NaNs are canonical 0x7fc00000), so a legit NaN
-# result is never mistaken for an unwritten element.
-_POISON = {np.dtype("float32"): np.uint32(0x7FA5A5A5), np.dtype("float64"): np.uint64(0x7FF4A5A5A5A5A5A5)}
 SETTLE_S = 0.002
 PROBE = False  # switched on in judging children only: plain runs pay nothing
 PROBE_MAX_BYTES = 64 << 20  # remember calls up to this size for the address probe
+RECORDER: Callable[[KernelFunction, tuple, dict[int, np.ndarray]], None] | None = None
 _LAST: dict[tuple, tuple[dict[int, np.ndarray], dict[int, np.ndarray]]] = {}
 
 
-def _host_view(value: Any) -> np.ndarray | None:
-    """A numpy view (or copy, for device tensors) of an array argument."""
-    if isinstance(value, np.ndarray):
-        return value
-    if hasattr(value, "detach"):  # torch tensor
-        t = value.detach()
-        return t.numpy() if t.device.type == "cpu" else t.cpu().numpy()
-    return None
+@dataclass
+class Call:
+    """One kernel call as the guards see it."""
+
+    function: KernelFunction
+    values: tuple
+    state: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def arrays(self) -> list[tuple[int, Any, Any]]:
+        """(index, Arg, value) of every array argument."""
+        return [
+            (i, a, v) for i, (a, v) in enumerate(zip(self.function.args, self.values)) if a.role != SCALAR
+        ]
 
 
-def _poison(value: Any) -> None:
-    if isinstance(value, np.ndarray):
-        if value.dtype in _POISON:
-            value.view(_POISON[value.dtype].dtype)[...] = _POISON[value.dtype]
-        else:
-            value.view(np.uint8)[...] = 0xA5
-    elif hasattr(value, "fill_"):
-        value.fill_(float("nan")) if value.is_floating_point() else value.fill_(-1)
+class PoisonOutputs:
+    needs_clean = False
+
+    def before(self, call: Call) -> None:
+        for _, arg, value in call.arrays:
+            if arg.role == OUT:
+                arrays.poison(value)
+
+    def after(self, call: Call) -> list[str]:
+        out = []
+        for _, arg, value in call.arrays:
+            if arg.role != IN and (missing := arrays.unwritten(value)):
+                out.append(
+                    f"left {missing} of {arrays.host(value).size} elements of output {arg.name!r} unwritten"
+                )
+        return out
 
 
-def _unwritten(value: Any) -> int:
-    host = _host_view(value)
-    if host is None:
-        return 0
-    if isinstance(value, np.ndarray):
-        if host.dtype not in _POISON:
-            return 0
-        return int(np.count_nonzero(host.view(_POISON[host.dtype].dtype) == _POISON[host.dtype]))
-    return int(np.count_nonzero(np.isnan(host))) if host.dtype.kind == "f" else 0
+class InputsUnchanged:
+    needs_clean = False
+
+    def before(self, call: Call) -> None:
+        call.state["inputs"] = {a.name: arrays.digest(v) for _, a, v in call.arrays if a.role == IN}
+
+    def after(self, call: Call) -> list[str]:
+        return [
+            f"modified input {a.name!r} (declare `kope: inplace {a.name}` if intended)"
+            for _, a, v in call.arrays
+            if a.role == IN and arrays.digest(v) != call.state["inputs"][a.name]
+        ]
 
 
-def _digest(value: Any) -> int:
-    host = _host_view(value)
-    return zlib.crc32(np.ascontiguousarray(host).view(np.uint8)) if host is not None else 0
+class FloatingPointState:
+    needs_clean = False
+
+    def before(self, call: Call) -> None:
+        call.state["csr"] = fpstate.read()
+
+    def after(self, call: Call) -> list[str]:
+        before, now = call.state["csr"], fpstate.read()
+        if before is None or now is None or not (before ^ now) & fpstate.CONTROL_MASK:
+            return []
+        fpstate.write(before)
+        return [f"left the floating-point control state changed (MXCSR {before:#06x} -> {now:#06x})"]
+
+
+class OutputsSettled:
+    needs_clean = False
+
+    def before(self, call: Call) -> None:
+        pass
+
+    def after(self, call: Call) -> list[str]:
+        written = {i: arrays.digest(v) for i, a, v in call.arrays if a.role != IN}
+        time.sleep(SETTLE_S)
+        return [
+            f"output {a.name!r} changed after the call returned (work left running)"
+            for i, a, v in call.arrays
+            if a.role != IN and arrays.digest(v) != written[i]
+        ]
+
+
+class AddressProbe:
+    """Repeat an earlier call's inputs in this call's buffers; a pointer-keyed cache gives itself away."""
+
+    needs_clean = True  # re-runs the kernel: only worth it when the call itself was clean
+
+    def before(self, call: Call) -> None:
+        pass
+
+    def after(self, call: Call) -> list[str]:
+        if not PROBE:
+            return []
+        fn, values = call.function, call.values
+        found = call.arrays
+        if not found or any(a.role == INOUT or not isinstance(v, np.ndarray) for _, a, v in found):
+            return []  # in-place or device arguments: not probed
+        key = (fn.name, *((v.shape, v.dtype.str) if isinstance(v, np.ndarray) else repr(v) for v in values))
+        now_in = {i: v.copy() for i, a, v in found if a.role == IN}
+        now_out = {i: v.copy() for i, a, v in found if a.role == OUT}
+        before = _LAST.get(key)
+        if sum(v.nbytes for v in (*now_in.values(), *now_out.values())) <= PROBE_MAX_BYTES:
+            _LAST[key] = (now_in, now_out)
+        if before is None or not now_out:
+            return []
+        old_in, old_out = before
+        if all(np.array_equal(old_in[i], now_in[i], equal_nan=True) for i in now_in):
+            return []
+        try:
+            for i, v in old_in.items():
+                values[i][...] = v
+            fn.raw(*values)
+            stale = [fn.args[i].name for i, v in old_out.items() if arrays.mismatch(values[i], v)]
+        finally:
+            for i, v in (*now_in.items(), *now_out.items()):
+                values[i][...] = v
+        if not stale:
+            return []
+        names = ", ".join(repr(n) for n in stale)
+        return [
+            f"gave a stale result for output {names}: called again with an earlier call's inputs copied "
+            "into this call's buffers, it did not reproduce that call's output (a result keyed on the "
+            "buffer's address, not its content: a cache?)"
+        ]
+
+
+# Order matters only for the reports: the first violation found is the one named first.
+GUARDS = [PoisonOutputs(), InputsUnchanged(), FloatingPointState(), OutputsSettled(), AddressProbe()]
 
 
 class GuardedFunction:
@@ -75,88 +170,21 @@ class GuardedFunction:
         self.__name__ = function.name
 
     def __call__(self, *values: Any) -> Any:
-        fn = self.function
-        pairs = [(a, v) for a, v in zip(fn.args, values) if a.role != SCALAR]
-        for arg, value in pairs:
-            if arg.role == OUT:
-                _poison(value)
-        inputs = {arg.name: _digest(value) for arg, value in pairs if arg.role == IN}
-        csr = fpstate.read()
-        result = fn.raw(*values)
-        after_csr = fpstate.read()
-        problems = []
-        if csr is not None and after_csr is not None and (csr ^ after_csr) & fpstate.CONTROL_MASK:
-            fpstate.write(csr)
-            problems.append(
-                f"left the floating-point control state changed (MXCSR {csr:#06x} -> {after_csr:#06x})"
-            )
-        outputs = {}
-        for arg, value in pairs:
-            if arg.role != IN:
-                missing = _unwritten(value)
-                if missing:
-                    size = _host_view(value).size
-                    problems.append(f"left {missing} of {size} elements of output {arg.name!r} unwritten")
-                outputs[arg.name] = _digest(value)
-        for arg, value in pairs:
-            if arg.role == IN and _digest(value) != inputs[arg.name]:
-                problems.append(
-                    f"modified input {arg.name!r} (declare `kope: inplace {arg.name}` if intended)"
-                )
-        time.sleep(SETTLE_S)
-        for arg, value in pairs:
-            if arg.role != IN and _digest(value) != outputs[arg.name]:
-                problems.append(f"output {arg.name!r} changed after the call returned (work left running)")
-        if not problems and PROBE:
-            problems += _address_probe(fn, values)
+        call = Call(self.function, values)
+        recorder = RECORDER
+        inputs = {i: arrays.host_copy(v) for i, a, v in call.arrays if a.role != OUT} if recorder else {}
+        for guard in GUARDS:
+            guard.before(call)
+        result = self.function.raw(*values)
+        problems: list[str] = []
+        for guard in GUARDS:
+            if not (problems and guard.needs_clean):
+                problems += guard.after(call)
         if problems:
-            raise GuardViolation(f"kernel {fn.name}() " + "; ".join(problems))
+            raise GuardViolation(f"kernel {self.name}() " + "; ".join(problems))
+        if recorder is not None:
+            recorder(self.function, values, inputs)
         return result
-
-
-def _address_probe(fn: KernelFunction, values: tuple) -> list[str]:
-    """Repeat an earlier call's inputs in this call's buffers; a pointer-keyed cache gives itself away."""
-    arrays = [(i, a) for i, a in enumerate(fn.args[: len(values)]) if a.role != SCALAR]
-    if not arrays or any(a.role == INOUT or not isinstance(values[i], np.ndarray) for i, a in arrays):
-        return []  # in-place or device arguments: not probed
-    key = (fn.name, *((v.shape, v.dtype.str) if isinstance(v, np.ndarray) else repr(v) for v in values))
-    now_in = {i: values[i].copy() for i, a in arrays if a.role == IN}
-    now_out = {i: values[i].copy() for i, a in arrays if a.role == OUT}
-    before = _LAST.get(key)
-    if sum(v.nbytes for v in (*now_in.values(), *now_out.values())) <= PROBE_MAX_BYTES:
-        _LAST[key] = (now_in, now_out)
-    if before is None or not now_out:
-        return []
-    old_in, old_out = before
-    if all(np.array_equal(old_in[i], now_in[i], equal_nan=True) for i in now_in):
-        return []
-    try:
-        for i, v in old_in.items():
-            values[i][...] = v
-        fn.raw(*values)
-        stale = [fn.args[i].name for i, v in old_out.items() if not _agrees(values[i], v)]
-    finally:
-        for i, v in (*now_in.items(), *now_out.items()):
-            values[i][...] = v
-    if not stale:
-        return []
-    names = ", ".join(repr(n) for n in stale)
-    return [
-        f"gave a stale result for output {names}: called again with an earlier call's inputs copied "
-        "into this call's buffers, it did not reproduce that call's output (a result keyed on the "
-        "buffer's address, not its content: a cache?)"
-    ]
-
-
-def _agrees(got: np.ndarray, want: np.ndarray) -> bool:
-    if got.dtype.kind not in "fc":
-        return bool(np.array_equal(got, want))
-    g, w = got.astype(np.float64), want.astype(np.float64)
-    ok = np.isfinite(w)
-    if not np.array_equal(np.isfinite(g), ok) or not np.array_equal(g[~ok], w[~ok], equal_nan=True):
-        return False
-    scale = float(np.abs(w[ok]).max()) if ok.any() else 0.0
-    return bool((np.abs(g[ok] - w[ok]) <= 1e-3 * scale + 1e-30).all())
 
 
 class GuardedKernel:

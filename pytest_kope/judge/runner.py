@@ -1,8 +1,11 @@
 """Judge candidates of one operator: correctness in parallel, performance one at a time, verification.
 
 Every judgement is a fresh `pytest` child in the sandbox, running the operator's own tests with the
-candidate as the `kernel` fixture's parameter; it reports back as JSON lines, and only this process
-(the controller) interprets them and writes the graph.
+candidate as the `kernel` fixture's parameter; it reports back as signed, typed events
+(`protocol.py`), and only this process (the controller) interprets them and writes the graph.
+
+The committed kernel's own correctness run also records its calls for the differential check
+(`differential.py`); every candidate replays them, and this process compares the outputs.
 """
 
 from __future__ import annotations
@@ -22,11 +25,14 @@ from pathlib import Path
 from typing import Any
 
 from ..candidate import Candidate
-from ..operator import Operator
+from ..errors import SpecError
+from ..operator import Operator, interface_change
+from ..spec import parse_spec
 from ..toolchains.devices import visible_devices_env
-from . import sandbox
-from .child import verify
+from . import differential, sandbox
+from .arrays import DEFAULT_RTOL
 from .outcome import Judged, Outcome, Timing
+from .protocol import read_events
 
 
 @dataclass
@@ -46,6 +52,7 @@ class Plan:
     keep: Path | None = None  # where to keep each child's log and source (the run dir)
     devices: tuple[int, ...] = ()  # accelerator indices: one timing worker each; correctness spreads over all
     plugins: tuple[str, ...] = ()  # extra pytest plugins the operator's tests need (ini `kope_plugins`)
+    ceilings: dict[str, Any] | None = None  # measured bandwidth/FMA ceilings, for host-timed kernels
 
 
 class Judge:
@@ -55,6 +62,28 @@ class Judge:
         self.free_devices: queue.Queue[int | None] = queue.Queue()
         for device in plan.devices or (None,):
             self.free_devices.put(device)
+        self.recorded: Path | None = None  # the committed kernel's recorded calls (inputs only on disk)
+        self.expected: dict[str, dict[str, Any]] = {}  # its outputs, held here, never on disk
+
+    def baseline(self, candidate: Candidate) -> Judged:
+        """The committed kernel's correctness run; it also records the differential check's inputs.
+
+        Called again before verification, so the winner is re-checked on inputs it has never seen.
+        """
+        self.close()
+        folder = Path(tempfile.mkdtemp(prefix=f"kope-{self.plan.operator.name}-calls-"))
+        seeds = [random.SystemRandom().randrange(1 << 31) for _ in range(max(1, self.plan.seeds))]
+        judged = self._child(candidate, self.plan.correctness, seeds, None, record=folder)
+        if judged.outcome.correct and (folder / "manifest.json").exists():
+            self.recorded, self.expected = folder, differential.take_expected(folder)
+        else:
+            shutil.rmtree(folder, ignore_errors=True)
+        return judged
+
+    def close(self) -> None:
+        if self.recorded is not None:
+            shutil.rmtree(self.recorded, ignore_errors=True)
+        self.recorded, self.expected = None, {}
 
     def correctness(self, candidates: list[Candidate]) -> list[Judged]:
         devices = self.plan.devices or (None,)
@@ -63,7 +92,7 @@ class Judge:
             return list(pool.map(lambda job: self._correctness_one(*job), jobs))
 
     def _correctness_one(self, candidate: Candidate, device: int | None = None) -> Judged:
-        reasons = self.screen(candidate)
+        reasons = self.screen(candidate) + _interface_reasons(self.plan.operator, candidate)
         if reasons:
             return Judged(candidate, Outcome.REJECTED, failures=[f"screening: {r}" for r in reasons])
         seeds = [random.SystemRandom().randrange(1 << 31) for _ in range(max(1, self.plan.seeds))]
@@ -88,7 +117,7 @@ class Judge:
             return judged
         judged.timings = timed.timings
         judged.notes += timed.notes
-        if any(n.startswith("suspect:") for n in timed.notes):
+        if timed.outcome == Outcome.SUSPECT:
             judged.outcome = Outcome.SUSPECT
         return judged
 
@@ -99,8 +128,10 @@ class Judge:
         seeds: list[int],
         reference: Candidate | None,
         device: int | None = None,
+        record: Path | None = None,
     ) -> Judged:
         plan = self.plan
+        replay = self.recorded if reference is None and record is None else None
         work = Path(tempfile.mkdtemp(prefix=f"kope-{plan.operator.name}-{candidate.short}-"))
         try:
             results = work / "results.jsonl"
@@ -120,7 +151,12 @@ class Judge:
                     "source": str(plan.operator.source),
                     "toolchain": plan.operator.toolchain,
                     "family": plan.operator.family,
+                    "rtol": plan.operator.rtol,
                 },
+                "record": str(record) if record else None,
+                "replay": str(replay) if replay else None,
+                "rtol": self.rtol,
+                "ceilings": plan.ceilings if reference is not None else None,
             }
             (work / "spec.json").write_text(json.dumps(spec))
             # Only pytest-kope, the repo's conftests and the plugins named in `kope_plugins` load in a
@@ -154,15 +190,20 @@ class Judge:
                     "KOPE_BUILD_DIR": str(work / "builds"),
                     "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
                     **(visible_devices_env(plan.operator.toolchain, device) if device is not None else {}),
+                    **(_oversubscribed(plan.toolchain_env) if reference is None else {}),
                 },
                 work,
             )
             try:
-                finished = sandbox.run(cmd, work, env, plan.limits, pass_fds=(key_r,))
+                finished = sandbox.run(
+                    cmd, work, env, plan.limits, writable=[record] if record else (), pass_fds=(key_r,)
+                )
             finally:
                 os.close(key_r)
-            events, forged = _events(results, key)
-            judged = interpret(candidate, finished, events, tests, len(seeds) or 1)
+            events, forged = read_events(results, key)
+            judged = interpret(candidate, finished, events, tests)
+            if replay is not None and judged.outcome.correct:
+                self._compare(judged, events, replay, work / "replayed")
             if forged:
                 judged.notes.append(f"dropped {forged} unsigned line(s) in the child's results (forged)")
                 if judged.outcome.correct:
@@ -177,39 +218,54 @@ class Judge:
         finally:
             shutil.rmtree(work, ignore_errors=True)
 
+    @property
+    def rtol(self) -> float:
+        return self.plan.operator.rtol or DEFAULT_RTOL
 
-def _events(path: Path, key: bytes) -> tuple[list[dict[str, Any]], int]:
-    """The child's signed events, and how many lines were not signed with `key` (forged by a kernel)."""
-    if not path.exists():
-        return [], 0
-    out, forged = [], 0
-    lines = path.read_text(errors="replace").splitlines()
-    for i, line in enumerate(lines):
-        payload = verify(key, line)
-        if payload is None:
-            forged += i < len(lines) - 1 or line.endswith("}")  # not a last line cut short by a crash
-            continue
-        try:
-            out.append(json.loads(payload))
-        except json.JSONDecodeError:
-            forged += 1
-    return out, forged
+    def _compare(self, judged: Judged, events: list[dict[str, Any]], replay: Path, outputs: Path) -> None:
+        """The differential verdict, decided here from the candidate's outputs alone."""
+        done = [e for e in events if e["event"] == "replayed"]
+        problems = (
+            done[-1]["problems"] if done else ["the candidate's child never replayed the recorded calls"]
+        )
+        problems = problems or differential.compare(replay, self.expected, outputs, self.rtol)
+        if problems:
+            judged.outcome = Outcome.INCORRECT
+            judged.failures = [str(p) for p in problems[:3]]
+
+
+def _interface_reasons(op: Operator, candidate: Candidate) -> list[str]:
+    try:
+        change = interface_change(op.spec, parse_spec(candidate.source, candidate.filename))
+    except SpecError as e:
+        return [str(e)]
+    return [f"the candidate {change}; the interface stays the committed one"] if change else []
+
+
+def _oversubscribed(toolchain_env: dict[str, str]) -> dict[str, str]:
+    """More OpenMP threads than cores in correctness children: races show up more often."""
+    if "OMP_NUM_THREADS" in toolchain_env or "OMP_NUM_THREADS" in os.environ:
+        return {}
+    return {"OMP_NUM_THREADS": str(4 * max(1, len(os.sched_getaffinity(0))))}
 
 
 def interpret(
-    candidate: Candidate,
-    finished: sandbox.Finished,
-    events: list[dict[str, Any]],
-    tests: list[str],
-    seeds: int,
+    candidate: Candidate, finished: sandbox.Finished, events: list[dict[str, Any]], tests: list[str]
 ) -> Judged:
-    """Turn what a child did into a verdict."""
+    """Turn what a child did into a verdict, from its typed events alone.
+
+    Every selected test must have been collected, and every item the child collected for it (one per
+    seed for a test that takes fresh inputs, one for a test that makes its own) must have passed.
+    """
     started = [e["test"] for e in events if e["event"] == "start"]
     reports = [e for e in events if e["event"] == "report"]
     failed = [e for e in reports if e["outcome"] == "failed"]
-    passed = [e["test"] for e in reports if e["outcome"] == "passed" and e["when"] == "call"]
-    skipped = [e for e in reports if e["outcome"] == "skipped"]
-    judged = Judged(candidate, Outcome.OK, tests_passed=sorted(set(passed)), seconds=finished.wall_s)
+    calls = [e for e in reports if e["outcome"] == "passed" and e["when"] == "call"]
+    passed = {e.get("id", e["test"]) for e in calls}
+    skipped = {e.get("id", e["test"]): e for e in reports if e["outcome"] == "skipped"}
+    judged = Judged(
+        candidate, Outcome.OK, tests_passed=sorted({e["test"] for e in calls}), seconds=finished.wall_s
+    )
     last = started[-1] if started else "collection"
     if finished.timed_out:
         judged.outcome = Outcome.TIMEOUT
@@ -218,25 +274,19 @@ def interpret(
     sig = finished.signal
     if sig is not None or (finished.returncode not in (0, 1) and not failed):
         name = signal.Signals(sig).name if sig else f"exit status {finished.returncode}"
-        kind = Outcome.TIMEOUT if sig == signal.SIGXCPU else Outcome.CRASHED
-        judged.outcome = kind
+        judged.outcome = Outcome.TIMEOUT if sig == signal.SIGXCPU else Outcome.CRASHED
         judged.failures = [f"{last}: process killed by {name}" + _tail(finished.output)]
         return judged
+    builds = [e for e in events if e["event"] == "build_failed" and e["candidate"] == candidate.hash]
+    if builds:
+        judged.outcome = Outcome.REJECTED if builds[0]["kind"] == "rejected" else Outcome.COMPILE_FAILED
+        judged.build_log = builds[0]["message"]
+        judged.failures = [builds[0]["message"]]
+        return judged
     for e in failed:
-        message = f"{e['test']}: {e['message'].strip()}"
-        judged.failures.append(message)
-        if "screening: " in e["message"]:  # the built library failed the toolchain's binary screen
-            judged.outcome = Outcome.REJECTED
-            judged.build_log = e["message"]
-        elif e["kind"] == "BuildError" or "build of" in e["message"] and "failed" in e["message"]:
-            judged.outcome = Outcome.COMPILE_FAILED
-            judged.build_log = e["message"]
-        elif e["kind"] == "MemoryError" and judged.outcome == Outcome.OK:
-            judged.outcome = Outcome.CRASHED
-        elif e["kind"] in ("AssertionError", "GuardViolation", "Failed") and judged.outcome == Outcome.OK:
-            judged.outcome = Outcome.INCORRECT
-        elif judged.outcome == Outcome.OK:
-            judged.outcome = Outcome.RUNTIME_FAILED
+        judged.failures.append(f"{e['test']}: {e['message'].strip()}")
+        if judged.outcome == Outcome.OK:
+            judged.outcome = _FAILURE_KINDS.get(e["kind"], Outcome.RUNTIME_FAILED)
     if judged.outcome != Outcome.OK:
         judged.failures = _dedupe(judged.failures)
         return judged
@@ -245,20 +295,40 @@ def interpret(
         judged.failures = [f"{last}: the test process ended without finishing" + _tail(finished.output)]
         return judged
     if skipped and not passed:
+        first = next(iter(skipped.values()))
         judged.outcome = Outcome.RUNTIME_FAILED
-        judged.failures = [f"all tests skipped: {skipped[0]['message'] or 'see log'}"]
+        judged.failures = [f"all tests skipped: {first['message'] or 'see log'}"]
         return judged
-    expected = len(tests) * seeds
-    if len(passed) < expected:
+    collected = [i for e in events if e["event"] == "collected" for i in e["items"]]
+    missing = sorted(set(tests) - {i["test"] for i in collected})
+    unpassed = [i["id"] for i in collected if i["id"] not in passed and i["id"] not in skipped]
+    if missing or unpassed:
         judged.outcome = Outcome.RUNTIME_FAILED
-        judged.failures = [f"only {len(passed)} of {expected} test runs passed" + _tail(finished.output)]
+        what = f"not collected: {missing[0]}" if missing else f"no passing result for {unpassed[0]}"
+        judged.failures = [f"{what} ({len(missing) + len(unpassed)} in all)" + _tail(finished.output)]
         return judged
     for e in events:
-        if e["event"] == "timing":
-            judged.timings.append(Timing(**{k: e[k] for k in Timing.__dataclass_fields__}))
-            if e.get("suspect"):
-                judged.notes.append(f"suspect: {e['test']}: {e['suspect']}")
+        if e["event"] != "timing":
+            continue
+        judged.timings.append(Timing(**{k: e[k] for k in Timing.__dataclass_fields__}))
+        if e.get("mismatch"):
+            judged.outcome = Outcome.INCORRECT
+            judged.failures.append(
+                f"{e['test']}: the candidate's timed outputs differ from the reference kernel's: {e['mismatch']}"
+            )
+        elif e.get("suspect") and judged.outcome == Outcome.OK:
+            judged.outcome = Outcome.SUSPECT
+            judged.notes.append(f"suspect: {e['test']}: {e['suspect']}")
     return judged
+
+
+# What a failed test's exception says about the candidate (anything else: RUNTIME_FAILED).
+_FAILURE_KINDS = {
+    "AssertionError": Outcome.INCORRECT,
+    "GuardViolation": Outcome.INCORRECT,
+    "Failed": Outcome.INCORRECT,
+    "MemoryError": Outcome.CRASHED,
+}
 
 
 def _tail(output: str, n: int = 600) -> str:

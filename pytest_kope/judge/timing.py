@@ -1,19 +1,28 @@
 """The measuring core of `kope_bench`: warm-up, calibrated rounds, rotated buffers, paired rounds.
 
 Free of pytest so the same code runs in a plain test, in a judging child and in a benchmark.
+
+No two timed rounds see the same inputs: every rotation copy holds the test's floating inputs times
+its own factor near 1 (structure kept, no two copies equal), and each round draws new factors, so a
+kernel that remembers "the same input as last time" never sees one. Outputs are poisoned before
+each block of calls, and after timing each copy's outputs are compared with the reference's on the
+same buffers, so a kernel that skips work on timed calls is caught by its results, not only its speed.
 """
 
 from __future__ import annotations
 
-import copy
 import math
-import os
+import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
+from . import arrays
 from .stats import PairedRatio, Stats
 
 Call = Callable[..., object]
+IN, OUT, INOUT, SCALAR = "in", "out", "inout", "scalar"  # the roles of toolchains.base.Arg
 
 
 @dataclass(frozen=True)
@@ -30,24 +39,74 @@ PAIRED = Budget(min_rounds=7, max_rounds=41, max_time_s=3.0)
 
 
 def last_level_cache_bytes() -> int:
-    try:
-        return int(os.sysconf("SC_LEVEL3_CACHE_SIZE")) or 32 << 20
-    except (ValueError, OSError):
-        return 32 << 20
+    from .caches import last_level_cache_bytes as found  # sysfs, lscpu, sysconf, then a generous guess
+
+    return found()
 
 
-def rotation(args: Sequence[object], max_copies: int = 8) -> list[tuple]:
-    """Copies of the argument tuple, enough to overflow the last-level cache, cycled call to call.
+class Rotation:
+    """Copies of one call's arguments, enough to overflow the last-level cache, cycled call to call.
 
     Repeated calls on one buffer would time cache hits, not the kernel. Every copy is allocated the
-    same way, and candidate and reference share them, so neither gets luckier pages.
+    same way, and candidate and reference share them, so neither gets luckier pages. At least two
+    copies always, so consecutive calls never see the same buffer.
     """
-    size = sum(getattr(a, "nbytes", 0) for a in args)
-    copies = 1 if size == 0 else min(max_copies, max(1, math.ceil(2 * last_level_cache_bytes() / size)))
-    sets = [tuple(args)]
-    for _ in range(copies - 1):
-        sets.append(tuple(copy.deepcopy(a) if hasattr(a, "nbytes") else a for a in args))
-    return sets
+
+    def __init__(self, args: Sequence[object], roles: Sequence[str] | None = None, max_copies: int = 8):
+        self.roles = (
+            list(roles) if roles is not None else [IN if arrays.is_array(a) else SCALAR for a in args]
+        )
+        size = sum(int(getattr(a, "nbytes", 0)) for a in args)
+        copies = 1 if size == 0 else min(max_copies, max(2, math.ceil(2 * last_level_cache_bytes() / size)))
+        self.sets = [tuple(args)] + [tuple(_clone(a) for a in args) for _ in range(copies - 1)]
+        self.varied = [
+            i for i, (a, r) in enumerate(zip(args, self.roles)) if r in (IN, INOUT) and _floating(a)
+        ]
+        self.outputs = [i for i, r in enumerate(self.roles) if r in (OUT, INOUT)]
+        self.pristine = {i: arrays.host_copy(args[i]) for i in self.varied}
+        self.bytes_per_call = size
+        self._random = random.Random(0x6B6F7065)
+
+    def factors(self) -> list[float]:
+        """A new factor near 1 for every copy: no copy ever holds contents seen before."""
+        return [self._random.uniform(0.97, 1.03) for _ in self.sets]
+
+    def prepare(self, factors: Sequence[float], used: Sequence[int] | None = None) -> None:
+        """Give the copies in `used` (all by default) fresh inputs and poisoned outputs."""
+        for k in range(len(self.sets)) if used is None else used:
+            values = self.sets[k]
+            for i in self.varied:
+                _rescale(values[i], self.pristine[i], factors[k])
+            for i in self.outputs:
+                if self.roles[i] == OUT:
+                    arrays.poison(values[i])
+
+    def used(self, start: int, n: int) -> list[int]:
+        """The copies a block of `n` calls from call number `start` goes through."""
+        return sorted({(start + i) % len(self.sets) for i in range(min(n, len(self.sets)))})
+
+    def outputs_of(self, k: int) -> dict[int, np.ndarray]:
+        return {i: arrays.host_copy(self.sets[k][i]) for i in self.outputs}
+
+
+def _rescale(target: object, pristine: np.ndarray, factor: float) -> None:
+    if isinstance(target, np.ndarray):
+        np.multiply(pristine, pristine.dtype.type(factor), out=target)  # one pass, no temporary
+    else:
+        arrays.assign(target, arrays.scaled(pristine, factor))
+
+
+def _floating(a: object) -> bool:
+    h = arrays.host(a)
+    return h is not None and h.dtype.kind == "f"
+
+
+def _clone(a: object) -> object:
+    if isinstance(a, np.ndarray):
+        return a.copy()
+    if hasattr(a, "clone"):
+        return a.clone()
+    return a
 
 
 def _run(fn: Call, sets: list[tuple], start: int, n: int, clock, sync) -> float:
@@ -59,8 +118,9 @@ def _run(fn: Call, sets: list[tuple], start: int, n: int, clock, sync) -> float:
     return clock() - t0
 
 
-def calibrate(fn: Call, sets: list[tuple], clock, sync, budget: Budget) -> int:
+def calibrate(fn: Call, rotation: Rotation, clock, sync, budget: Budget) -> int:
     """Calls per round so a round lasts at least `min_round_s` (pytest-benchmark's idea)."""
+    sets = rotation.sets
     for i in range(budget.warmup):
         fn(*sets[i % len(sets)])
     n = 1
@@ -71,31 +131,87 @@ def calibrate(fn: Call, sets: list[tuple], clock, sync, budget: Budget) -> int:
         n = max(n * 2, math.ceil(n * budget.min_round_s / max(took, 1e-9)))
 
 
-def measure(fn: Call, args: Sequence[object], clock, sync, budget: Budget = PLAIN) -> Stats:
-    sets = rotation(args)
-    n = calibrate(fn, sets, clock, sync, budget)
+def measure(
+    fn: Call, args: Sequence[object], clock, sync, budget: Budget = PLAIN, roles: Sequence[str] | None = None
+) -> Stats:
+    rotation = Rotation(args, roles)
+    rotation.prepare(rotation.factors())
+    n = calibrate(fn, rotation, clock, sync, budget)
     per_call, spent, r = [], 0.0, 0
     while r < budget.max_rounds and (r < budget.min_rounds or spent < budget.max_time_s):
-        took = _run(fn, sets, r * n, n, clock, sync)
+        took = _run(fn, rotation.sets, r * n, n, clock, sync)
         per_call.append(took / n)
         spent += took
         r += 1
     return Stats.of(per_call, n)
 
 
+@dataclass(frozen=True)
+class Paired:
+    reference: Stats
+    candidate: Stats
+    ratio: PairedRatio
+    mismatch: str  # why the candidate's timed outputs differ from the reference's; "" when they agree
+    copies: int
+    bytes_per_call: int
+
+
 def measure_paired(
-    reference: Call, candidate: Call, args: Sequence[object], clock, sync, budget: Budget = PAIRED
-) -> tuple[Stats, Stats, PairedRatio]:
-    """Interleaved rounds in one window (ABBA order), so drift and bandwidth regimes hit both alike."""
-    sets = rotation(args)
-    n_ref = calibrate(reference, sets, clock, sync, budget)
-    n_cand = calibrate(candidate, sets, clock, sync, budget)
+    reference: Call,
+    candidate: Call,
+    args: Sequence[object],
+    clock,
+    sync,
+    budget: Budget = PAIRED,
+    roles: Sequence[str] | None = None,
+    rtol: float = arrays.DEFAULT_RTOL,
+) -> Paired:
+    """Interleaved rounds in one window (ABBA order), so drift and bandwidth regimes hit both alike.
+
+    Each block of calls starts from fresh inputs and poisoned outputs (outside the timed window);
+    both kernels see the same inputs within a round, new ones every round.
+    """
+    rotation = Rotation(args, roles)
+    rotation.prepare(rotation.factors())
+    n_ref = calibrate(reference, rotation, clock, sync, budget)
+    rotation.prepare(rotation.factors())
+    n_cand = calibrate(candidate, rotation, clock, sync, budget)
     ref, cand, spent, r = [], [], 0.0, 0
     while r < budget.max_rounds and (r < budget.min_rounds or spent < budget.max_time_s):
         order = [(reference, n_ref, ref), (candidate, n_cand, cand)]
+        factors = rotation.factors()  # both kernels see the same inputs in a round, new ones each round
         for fn, n, out in order if r % 2 == 0 else reversed(order):
-            took = _run(fn, sets, r * n, n, clock, sync)
+            rotation.prepare(factors, rotation.used(r * n, n))
+            took = _run(fn, rotation.sets, r * n, n, clock, sync)
             out.append(took / n)
             spent += took
         r += 1
-    return Stats.of(ref, n_ref), Stats.of(cand, n_cand), PairedRatio.of(ref, cand)
+    return Paired(
+        Stats.of(ref, n_ref),
+        Stats.of(cand, n_cand),
+        PairedRatio.of(ref, cand),
+        timed_outputs_mismatch(reference, candidate, rotation, rtol),
+        len(rotation.sets),
+        rotation.bytes_per_call,
+    )
+
+
+def timed_outputs_mismatch(reference: Call, candidate: Call, rotation: Rotation, rtol: float) -> str:
+    """Run both kernels once more on every rotation copy (fresh inputs each) and compare their outputs."""
+    if not rotation.outputs:
+        return ""
+    factors = rotation.factors()
+    rotation.prepare(factors)
+    for values in rotation.sets:
+        reference(*values)
+    expected = [rotation.outputs_of(k) for k in range(len(rotation.sets))]
+    rotation.prepare(factors)
+    for values in rotation.sets:
+        candidate(*values)
+    for k in range(len(rotation.sets)):
+        got = rotation.outputs_of(k)
+        for i, want in expected[k].items():
+            why = arrays.mismatch(got[i], want, rtol)
+            if why:
+                return f"on timed buffer copy {k + 1} of {len(rotation.sets)}, output #{i}: {why}"
+    return ""

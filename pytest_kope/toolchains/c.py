@@ -111,6 +111,7 @@ def parse_prototype(proto: str) -> tuple[str, tuple[Arg, ...], list[str]]:
 class CToolchain:
     name = "c"
     extensions = (".c", ".cc", ".cpp", ".cxx")
+    timed_on_host = True  # its timings are bound by this machine's measured memory and FMA ceilings
 
     def __init__(self, cc: str | None = None, cxx: str | None = None):
         self.cc = cc or os.environ.get("CC", "gcc")

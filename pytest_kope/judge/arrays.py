@@ -1,0 +1,131 @@
+"""Array helpers the judge shares, for numpy arrays and torch tensors alike (no pytest, no toolchain).
+
+Poisoning and reading back outputs, digests of inputs, copies to and from the host, and the one
+norm-wise comparison every check uses (guards, timed-output checks, the differential check).
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any
+
+import numpy as np
+
+# NaNs with a payload no arithmetic produces (computed NaNs are canonical 0x7fc00000), so a legit NaN
+# result is never mistaken for an unwritten element.
+POISON = {np.dtype("float32"): np.uint32(0x7FA5A5A5), np.dtype("float64"): np.uint64(0x7FF4A5A5A5A5A5A5)}
+DEFAULT_RTOL = 1e-3  # candidate against the committed kernel on the same inputs, norm-wise
+
+
+def is_array(value: Any) -> bool:
+    return isinstance(value, np.ndarray) or hasattr(value, "detach")
+
+
+def host(value: Any) -> np.ndarray | None:
+    """A numpy view (or, for device tensors, a copy) of an array argument; None for a scalar."""
+    if isinstance(value, np.ndarray):
+        return value
+    if hasattr(value, "detach"):  # torch tensor
+        t = value.detach()
+        return t.numpy() if t.device.type == "cpu" else t.cpu().numpy()
+    return None
+
+
+def host_copy(value: Any) -> np.ndarray | None:
+    h = host(value)
+    return None if h is None else np.array(h, copy=True)
+
+
+def like(array: np.ndarray, template: Any) -> Any:
+    """`array` as the same kind of object as `template` (a numpy array, or a torch tensor on its device)."""
+    if isinstance(template, np.ndarray) or not hasattr(template, "detach"):
+        return np.array(array, copy=True)
+    import torch
+
+    return torch.from_numpy(np.array(array, copy=True)).to(template.device)
+
+
+def assign(target: Any, source: np.ndarray) -> None:
+    """Copy host data into an array argument in place (numpy or torch)."""
+    if isinstance(target, np.ndarray):
+        target[...] = source
+    else:
+        import torch
+
+        target.copy_(torch.from_numpy(np.ascontiguousarray(source)))
+
+
+def poison(value: Any) -> None:
+    if isinstance(value, np.ndarray):
+        if value.dtype in POISON:
+            value.view(POISON[value.dtype].dtype)[...] = POISON[value.dtype]
+        else:
+            value.view(np.uint8)[...] = 0xA5
+    elif hasattr(value, "fill_"):
+        value.fill_(float("nan")) if value.is_floating_point() else value.fill_(-1)
+
+
+def unwritten(value: Any) -> int:
+    """How many elements still hold the poison (for torch: NaNs)."""
+    h = host(value)
+    if h is None:
+        return 0
+    if isinstance(value, np.ndarray):
+        if h.dtype not in POISON:
+            return 0
+        return int(np.count_nonzero(h.view(POISON[h.dtype].dtype) == POISON[h.dtype]))
+    return int(np.count_nonzero(np.isnan(h))) if h.dtype.kind == "f" else 0
+
+
+def digest(value: Any) -> int:
+    h = host(value)
+    return zlib.crc32(np.ascontiguousarray(h).view(np.uint8)) if h is not None else 0
+
+
+def mismatch(got: np.ndarray, want: np.ndarray, rtol: float = DEFAULT_RTOL) -> str:
+    """Why `got` does not match `want` norm-wise (largest error over the largest magnitude), or "".
+
+    Non-finite values must sit in the same places; where `want` is finite and `got` is not, that is
+    named first, since it is the typical failure of an unsafe fast path (overflow, skipped max).
+    """
+    if got.shape != want.shape:
+        return f"shape {got.shape} != {want.shape}"
+    if got.dtype.kind not in "fc":
+        bad = int(np.count_nonzero(got != want))
+        return f"{bad} of {got.size} elements differ" if bad else ""
+    with np.errstate(invalid="ignore"):  # the poison is a signalling NaN: converting it is fine here
+        g, w = got.astype(np.float64), want.astype(np.float64)
+    fin_g, fin_w = np.isfinite(g), np.isfinite(w)
+    lost = int(np.count_nonzero(fin_w & ~fin_g))
+    if lost:
+        return f"{lost} of {got.size} elements are non-finite where the committed kernel's are finite"
+    if not np.array_equal(fin_g, fin_w) or not np.array_equal(g[~fin_w], w[~fin_w], equal_nan=True):
+        return "non-finite elements differ from the committed kernel's"
+    if not fin_w.any():
+        return ""
+    scale = float(np.abs(w[fin_w]).max())
+    worst = float(np.abs(g[fin_w] - w[fin_w]).max())
+    if worst > rtol * scale + 1e-30:
+        return f"max error {worst:.3g} > {rtol:g} of max |expected| {scale:.3g}"
+    return ""
+
+
+def scaled(value: np.ndarray, factor: float, offset: float = 0.0) -> np.ndarray:
+    """A floating array times `factor` plus `offset` in its own dtype; other dtypes unchanged."""
+    if value.dtype.kind != "f":
+        return value.copy()
+    return (value.astype(np.float64) * factor + offset).astype(value.dtype)
+
+
+def kind(value: Any) -> str:
+    """ "numpy", or "torch:<device>" for a tensor: enough to rebuild an argument from host data."""
+    return f"torch:{value.device}" if hasattr(value, "detach") else "numpy"
+
+
+def rebuild(array: np.ndarray, of_kind: str) -> Any:
+    """A fresh argument of `of_kind` holding a copy of `array`."""
+    if of_kind == "numpy":
+        return np.array(array, copy=True)
+    import torch
+
+    return torch.from_numpy(np.array(array, copy=True)).to(of_kind.partition(":")[2])

@@ -1,0 +1,228 @@
+"""The differential check: the committed kernel is a reference the repo already trusts, so use it.
+
+1. A judging child that runs the operator's correctness tests with the committed kernel *records*
+   each kernel call (its inputs as the test made them), then runs the committed kernel again on
+   transformed copies: floating inputs scaled up and down by orders of magnitude, and offset. It
+   writes the inputs and, apart, the committed kernel's outputs.
+2. The controller reads those outputs into memory and deletes them before any candidate runs.
+3. Each candidate's judging child *replays* every recorded input through the candidate (the
+   untransformed ones several times, with more OpenMP threads than cores, to shake out races), under
+   the same guards as a test, and writes the outputs.
+4. The controller compares them with the committed kernel's, norm-wise: the decision is made by code
+   the candidate never ran next to, whatever it did inside its own process. A transform on which the
+   committed kernel itself is non-finite is skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..toolchains.base import IN, OUT, SCALAR, KernelFunction
+from . import arrays
+
+# (name, factor, offset in units of the input's largest magnitude)
+TRANSFORMS = (
+    ("as tested", 1.0, 0.0),
+    ("scaled x1000", 1e3, 0.0),
+    ("scaled x0.001", 1e-3, 0.0),
+    ("offset +100*max|x|", 1.0, 100.0),
+)
+RACE_REPEATS = 3  # replays of the untransformed calls
+MAX_CALL_BYTES = 16 << 20
+MAX_TOTAL_BYTES = 96 << 20
+MAX_CALLS = 64
+
+
+@dataclass
+class Recorded:
+    function: KernelFunction
+    test: str
+    inputs: dict[int, np.ndarray]  # arg index -> host copy before the call (IN and INOUT)
+    outputs: dict[int, tuple[tuple[int, ...], str]]  # OUT arg index -> shape, dtype
+    scalars: dict[int, Any]
+    kinds: dict[int, str]
+
+
+class Recorder:
+    """Collects the committed kernel's calls during a test run (installed as `guards.RECORDER`)."""
+
+    def __init__(self) -> None:
+        self.calls: list[Recorded] = []
+        self.test = ""
+        self.bytes = 0
+
+    def __call__(self, fn: KernelFunction, values: tuple, inputs: dict[int, np.ndarray]) -> None:
+        scalars = {i: _plain(v) for i, (a, v) in enumerate(zip(fn.args, values)) if a.role == SCALAR}
+        size = sum(int(getattr(v, "nbytes", 0)) for v in values)
+        if (
+            len(self.calls) >= MAX_CALLS
+            or size > MAX_CALL_BYTES
+            or self.bytes + size > MAX_TOTAL_BYTES
+            or any(v is None for v in scalars.values())
+        ):
+            return
+        outputs = {}
+        for i, (a, v) in enumerate(zip(fn.args, values)):
+            if a.role == OUT:
+                h = arrays.host(v)
+                outputs[i] = (tuple(h.shape), h.dtype.str)
+        kinds = {i: arrays.kind(v) for i, (a, v) in enumerate(zip(fn.args, values)) if a.role != SCALAR}
+        self.calls.append(Recorded(fn, self.test, inputs, outputs, scalars, kinds))
+        self.bytes += size
+
+    def write(self, folder: Path) -> int:
+        """Run the committed kernel on every transform of every recorded call; write inputs and outputs."""
+        (folder / "inputs").mkdir(parents=True, exist_ok=True)
+        (folder / "expected").mkdir(parents=True, exist_ok=True)
+        manifest = []
+        for c, call in enumerate(self.calls):
+            for t, (name, factor, offset) in enumerate(TRANSFORMS):
+                inputs = {i: _transform(x, factor, offset) for i, x in call.inputs.items()}
+                values = _values(call, inputs)
+                call.function.raw(*values)
+                outputs = {i: arrays.host_copy(values[i]) for i in _written(call)}
+                if t > 0 and not all(np.isfinite(o).all() for o in outputs.values() if o.dtype.kind == "f"):
+                    continue  # the committed kernel itself breaks here: not held against a candidate
+                key = f"{c}-{t}"
+                np.savez(folder / "inputs" / f"{key}.npz", **{f"a{i}": x for i, x in inputs.items()})
+                np.savez(folder / "expected" / f"{key}.npz", **{f"a{i}": o for i, o in outputs.items()})
+                manifest.append(
+                    {
+                        "key": key,
+                        "function": call.function.name,
+                        "test": call.test,
+                        "transform": name,
+                        "outputs": {str(i): [list(s), d] for i, (s, d) in call.outputs.items()},
+                        "scalars": {str(i): v for i, v in call.scalars.items()},
+                        "kinds": {str(i): k for i, k in call.kinds.items()},
+                        "repeats": RACE_REPEATS if t == 0 else 1,
+                    }
+                )
+        (folder / "manifest.json").write_text(json.dumps(manifest))
+        return len(manifest)
+
+
+def take_expected(folder: Path) -> dict[str, dict[str, np.ndarray]]:
+    """The committed kernel's outputs, read into memory and deleted from disk (candidates never see them)."""
+    out = {}
+    expected = folder / "expected"
+    for path in sorted(expected.glob("*.npz")):
+        with np.load(path, allow_pickle=False) as data:
+            out[path.stem] = {k: np.array(data[k]) for k in data.files}
+    shutil.rmtree(expected, ignore_errors=True)
+    return out
+
+
+def replay(folder: Path, functions: Mapping[str, Any], results: Path) -> list[str]:
+    """In a candidate's child: run every recorded input through the candidate's guarded functions.
+
+    Returns the guard violations and errors, one line each; outputs go to `results/<key>-<rep>.npz`.
+    """
+    results.mkdir(parents=True, exist_ok=True)
+    problems = []
+    for entry in json.loads((folder / "manifest.json").read_text()):
+        fn = functions.get(entry["function"])
+        if fn is None:
+            continue
+        with np.load(folder / "inputs" / f"{entry['key']}.npz", allow_pickle=False) as data:
+            inputs = {int(k[1:]): np.array(data[k]) for k in data.files}
+        for rep in range(entry["repeats"]):
+            values = _replay_values(fn.function.args, entry, inputs)
+            try:
+                fn(*values)
+            except Exception as e:  # a guard violation or the kernel's own error: named, and judged
+                problems.append(f"{_where(entry)}: {type(e).__name__}: {str(e)[:300]}")
+                break
+            written = [i for i, a in enumerate(fn.function.args) if a.role not in (IN, SCALAR)]
+            np.savez(
+                results / f"{entry['key']}-{rep}.npz",
+                **{f"a{i}": arrays.host_copy(values[i]) for i in written},
+            )
+    return problems
+
+
+def compare(
+    folder: Path, expected: Mapping[str, Mapping[str, np.ndarray]], results: Path, rtol: float
+) -> list[str]:
+    """In the controller: where the candidate's replayed outputs differ from the committed kernel's."""
+    manifest = json.loads((folder / "manifest.json").read_text())
+    for entry in manifest:
+        want = expected.get(entry["key"], {})
+        for rep in range(entry["repeats"]):
+            path = results / f"{entry['key']}-{rep}.npz"
+            if not path.exists():
+                return [f"{_where(entry)}: the candidate gave no output (run {rep + 1})"]
+            try:
+                with np.load(path, allow_pickle=False) as data:
+                    got = {k: np.array(data[k]) for k in data.files}
+            except (ValueError, OSError) as e:
+                return [f"{_where(entry)}: unreadable output ({e})"]
+            for name, w in want.items():
+                why = arrays.mismatch(got[name], w, rtol) if name in got else "missing"
+                if why:
+                    run = (
+                        f", run {rep + 1} of {entry['repeats']} with more threads than cores"
+                        if entry["repeats"] > 1
+                        else ""
+                    )
+                    return [f"{_where(entry)}{run}: output #{name[1:]}: {why}"]
+    return []
+
+
+def _where(entry: dict[str, Any]) -> str:
+    return f"differential check vs the committed kernel, {entry['function']}() inputs of {entry['test'] or 'a test'} {entry['transform']}"
+
+
+def _transform(x: np.ndarray, factor: float, offset: float) -> np.ndarray:
+    if x.dtype.kind != "f" or (factor == 1.0 and offset == 0.0):
+        return x.copy()
+    peak = float(np.abs(x[np.isfinite(x)]).max()) if np.isfinite(x).any() else 0.0
+    return arrays.scaled(x, factor, offset * (peak or 1.0))
+
+
+def _values(call: Recorded, inputs: dict[int, np.ndarray]) -> tuple:
+    values: list[Any] = []
+    for i, a in enumerate(call.function.args):
+        if a.role == SCALAR:
+            values.append(call.scalars[i])
+        elif a.role == OUT:
+            shape, dtype = call.outputs[i]
+            values.append(arrays.rebuild(np.empty(shape, dtype=dtype), call.kinds[i]))
+        else:
+            values.append(arrays.rebuild(inputs[i], call.kinds[i]))
+    return tuple(values)
+
+
+def _replay_values(args: tuple, entry: dict[str, Any], inputs: dict[int, np.ndarray]) -> tuple:
+    values: list[Any] = []
+    for i, a in enumerate(args):
+        if a.role == SCALAR:
+            values.append(entry["scalars"][str(i)])
+        elif a.role == OUT:
+            shape, dtype = entry["outputs"][str(i)]
+            values.append(
+                arrays.rebuild(np.empty(tuple(shape), dtype=np.dtype(dtype)), entry["kinds"][str(i)])
+            )
+        else:
+            values.append(arrays.rebuild(inputs[i], entry["kinds"][str(i)]))
+    return tuple(values)
+
+
+def _written(call: Recorded) -> list[int]:
+    return [i for i, a in enumerate(call.function.args) if a.role not in (IN, SCALAR)]
+
+
+def _plain(v: Any) -> int | float | bool | None:
+    if isinstance(v, (bool, int, float)):
+        return v
+    if hasattr(v, "item") and re.match(r"^[iufb]", getattr(getattr(v, "dtype", None), "kind", "") or ""):
+        return v.item()
+    return None
