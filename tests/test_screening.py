@@ -5,6 +5,8 @@ Python (Triton) sources.
 - A built C/C++ library may import only allow-listed symbols: every sample and honest test kernel,
   built by gcc with its flag sets, passes; glibc's aliases and weak references of forbidden calls fail.
 - One C comment stripper and one forbidden-name list serve the toolchains and the claude agent.
+- A Python (Triton) source imports only allow-listed modules and cannot reach the interpreter, the
+  oracle or the standard library through attributes, nor patch anything; the samples still pass.
 """
 
 from __future__ import annotations
@@ -450,3 +452,79 @@ def test_one_c_screen_for_the_toolchains_and_the_agent():
     assert claude._screen(text, "f.c") == want
     assert not hasattr(claude, "_strip_c_comments") and not hasattr(claude, "_FORBIDDEN_C")
     assert c.FORBIDDEN_CALLS is screening.FORBIDDEN_CALLS and c.screen_library is screening.screen_library
+
+
+# -- Python (Triton) sources ---------------------------------------------------------------------------
+
+TRITON_SOURCES = sorted(ROOT.glob("sample_ops_triton/*/*.py"))
+TRITON_SOURCES = [p for p in TRITON_SOURCES if not p.name.startswith(("test_", "conftest"))]
+HONEST_PY = (ROOT / "sample_ops_triton/softmax/softmax.py").read_text()
+
+
+@pytest.mark.parametrize("path", TRITON_SOURCES, ids=[p.stem for p in TRITON_SOURCES])
+def test_triton_sample_sources_pass(path):
+    assert screening.screen_python_source(path.read_text(), path.name) == []
+
+
+def test_triton_template_source_passes():
+    readme = (ROOT / "conftest_templates/triton/README.md").read_text()
+    source = readme.split("```python\n")[1].split("```")[0]
+    assert "kope: kernel" in source
+    assert screening.screen_python_source(source, "softmax.py") == []
+
+
+@pytest.mark.parametrize(
+    "line, why",
+    [
+        ("import typing\nm = typing.sys.modules", "import of typing is not allowed"),
+        ("import typing\nm = typing.sys.modules", "attribute .sys is not allowed in a kernel source (it names"),
+        ("import typing\nm = typing.sys.modules", "attribute .modules is not allowed"),
+        ("import torch\ns = torch.sys", "attribute .sys is not allowed"),
+        ("import numpy as np\no = np.os", "attribute .os is not allowed"),
+        ("import torch\np = torch.os.popen", "attribute .os is not allowed"),
+        ("import torch\ntorch.testing.assert_close = lambda *a, **k: None", "attribute .testing is not allowed"),
+        ("import torch\ntorch.testing.assert_close = lambda *a, **k: None", "assignment to attribute .assert_close"),
+        ("import numpy as np\nnp.allclose = lambda *a, **k: True", "assignment to attribute .allclose"),
+        ("import triton.language as tl\ntl.exp = tl.abs", "assignment to attribute .exp"),
+        ("import torch\ndel torch.allclose", "assignment to attribute .allclose"),
+        ("import torch\nm = torch\nm.allclose = 1", "assignment to attribute .allclose"),
+        ("import torch\ntorch.ops['x'] = 1", "assignment into torch (an imported module)"),
+        ("b = __builtins__", "use of __builtins__ is not allowed"),
+        ("k = ().__class__", "dunder attribute .__class__ is not allowed"),
+        ("n = __name__", "use of __name__ is not allowed"),
+        ("import importlib", "import of importlib is not allowed"),
+        ("from typing import *", "import from typing is not allowed"),
+        ("from torch import *", "star import from torch is not allowed"),
+        ("import functools", "import of functools is not allowed"),
+        ("from torch import testing", "import of testing from torch is not allowed"),
+        ("from torch.utils import cpp_extension", "import of cpp_extension from torch.utils is not allowed"),
+        ("import torch.multiprocessing", "import of torch.multiprocessing is not allowed"),
+        ("import numpy.ctypeslib", "import of numpy.ctypeslib is not allowed"),
+        ("import torch\nc = torch._C", "private attribute ._C is not allowed"),
+        ("import numpy as np\np = np.zeros(1).ctypes.data", "attribute .ctypes is not allowed"),
+        ("def g():\n    yield 1\nf = g().gi_frame.f_globals", "attribute .gi_frame is not allowed"),
+        ("import torch\nmatch torch:\n    case object(sys=s):\n        pass", "attribute .sys is not allowed"),
+        ("import torch\ndef f():\n    global torch\n    torch = None", "global torch (an imported module)"),
+        ("f = open", "use of open is not allowed"),
+        ("x = open('/etc/passwd').read()", "call to open() is not allowed"),
+        ("g = getattr(1, 'real')", "call to getattr() is not allowed"),
+        ("import torch\nt = torch.load('w.pt')", "torch.load is not allowed"),
+        ("import numpy as np\nnp.savez('x', a=1)", "numpy.savez is not allowed"),
+        ("import torch\ntorch.set_flush_denormal(True)", "torch.set_flush_denormal is not allowed"),
+        ("import torch as __builtins__", "import as __builtins__ is not allowed"),
+        ("from . import x", "import from . is not allowed"),
+    ],
+)  # fmt: skip
+def test_python_screen_refuses_escapes(line, why):
+    reasons = screening.screen_python_source(HONEST_PY + "\n" + line + "\n", "softmax.py")
+    assert any(why in r for r in reasons), reasons
+    assert all(r.startswith("softmax.py:") and "\n" not in r for r in reasons)
+
+
+def test_pylaunch_screen_is_the_shared_one():
+    from pytest_kope.toolchains import pylaunch
+
+    assert pylaunch.screen("import typing\n", "k.py") == screening.screen_python_source(
+        "import typing\n", "k.py"
+    )
+    assert {"triton", "torch", "torch_npu", "math", "numpy", "__future__"} == pylaunch.ALLOWED_IMPORTS

@@ -523,6 +523,8 @@ def _screen(body: str, filename: str) -> list[str]:
     language = prompt.language(filename)
     if language in ("c", "cpp", "cuda"):
         return screening.screen_c_source(body)
+    if language == "python":
+        return screening.screen_python_source(body, Path(filename).name)
     return []
 
 
