@@ -93,6 +93,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     _option(
         g, parser, "kope-devices", "accelerator devices for performance judging, e.g. 0,1 (default: auto)"
     )
+    parser.addini(
+        "kope_allow_symbols",
+        type="linelist",
+        default=[],
+        help="symbols (names or fnmatch globs) a built C/C++ kernel library may import besides the "
+        "built-in allow-list (libm, memory/string libc, OpenMP, the C++ runtime)",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -6,16 +6,23 @@ prefixes all work, so C and Python sources use the same syntax)::
     // kope: kernel void softmax(const float *x, float *y, int rows, int cols)
     // kope: param BLOCK = 8 | 16 | 32        first value is the default
     // kope: flags -O2 | -O3 -march=native    compiler flag sets, first is the default
-    // kope: require BLOCK % UNROLL == 0      a Python expression over the params
+    // kope: require BLOCK % UNROLL == 0      a condition over the params (see below)
     // kope: inplace y                        a pointer argument that is read and written
 
 The defaults build the committed kernel; every other point of the space is a candidate the tuner may try.
+
+A ``require`` line is read by a fixed grammar, never run as Python (the header may be a candidate's):
+param names, numbers, strings, comparisons (``== != < <= > >= in``, ``not in``), ``and``/``or``/``not``,
+arithmetic (``+ - * / // % **``, small exponents) and literal lists for ``in``. A point on which a
+condition cannot be evaluated (a division by zero, a type mismatch) is ruled out.
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 import itertools
+import operator
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -55,11 +62,7 @@ class TuningSpace:
     def allows(self, point: Mapping) -> bool:
         if any(name not in point or point[name] not in vals for name, vals in self.axes.items()):
             return False
-        env = {k: v for k, v in point.items() if _NAME.match(k)}
-        try:
-            return all(eval(expr, {"__builtins__": {}}, env) for expr in self.requires)  # noqa: S307
-        except Exception:  # a constraint that cannot be evaluated on this point rules it out
-            return False
+        return all(evaluate_require(expr, point) for expr in self.requires)
 
     def points(self) -> Iterator[dict]:
         names = list(self.axes)
@@ -67,12 +70,6 @@ class TuningSpace:
             point = dict(zip(names, combo))
             if self.allows(point):
                 yield point
-
-    def merged(self, other: TuningSpace) -> TuningSpace:
-        """This space widened by another (an LLM candidate may add knobs to the declared ones)."""
-        axes = dict(self.axes)
-        axes.update(other.axes)
-        return TuningSpace(axes, tuple(dict.fromkeys(self.requires + other.requires)))
 
 
 @dataclass(frozen=True)
@@ -88,7 +85,7 @@ def parse_spec(text: str, filename: str = "<source>") -> KernelSpec:
     """Parse the `kope:` lines of a kernel source; raise SpecError naming the file and line."""
     kernels: list[str] = []
     axes: dict[str, tuple] = {}
-    requires: list[str] = []
+    requires: list[tuple[str, str]] = []  # (where, expression): names are checked once all params are known
     inplace: set[str] = set()
     for lineno, line in enumerate(text.splitlines(), 1):
         m = _LINE.match(line)
@@ -109,18 +106,18 @@ def parse_spec(text: str, filename: str = "<source>") -> KernelSpec:
         elif word == "flags":
             axes[FLAGS] = tuple(str(v) for v in _choices(rest, where, literal=False))
         elif word == "require":
-            try:
-                ast.parse(rest, mode="eval")
-            except SyntaxError as e:
-                raise SpecError(f"{where}: `kope: require` needs a Python expression: {e.msg}") from None
-            requires.append(rest)
+            requires.append((where, rest))
         elif word == "inplace":
             inplace.update(rest.replace(",", " ").split())
         else:
             raise SpecError(
                 f"{where}: unknown declaration {word!r}; use kernel, param, flags, require or inplace"
             )
-    return KernelSpec(tuple(kernels), TuningSpace(axes, tuple(requires)), frozenset(inplace))
+    for where, expr in requires:
+        why = require_error(expr, axes)
+        if why:
+            raise SpecError(f"{where}: {why}")
+    return KernelSpec(tuple(kernels), TuningSpace(axes, tuple(e for _, e in requires)), frozenset(inplace))
 
 
 def _choices(text: str, where: str, literal: bool = True) -> tuple:
@@ -156,3 +153,194 @@ def bake_defaults(text: str, point: Mapping) -> str:
                 line = f"{head}{lhs}{' | '.join(ordered)}{tail}"
         out.append(line)
     return "".join(out)
+
+
+# --- `kope: require`: a fixed grammar, checked when the header is parsed and interpreted node by node --------
+
+MAX_EXPONENT = 64  # `**` with a larger exponent is refused (a constant one at parse time, any at run time)
+MAX_INT_BITS = 4096  # an integer power that would be larger is an evaluation error (rules the point out)
+_REQUIRE_GRAMMAR = "`kope: require` allows only params, numbers, comparisons, and/or/not and arithmetic"
+_BINOPS = {
+    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: None,
+}  # fmt: skip
+_CMPOPS = {
+    ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
+    ast.Gt: operator.gt, ast.GtE: operator.ge,
+    ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b,
+}  # fmt: skip
+_UNARY = {ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Not: operator.not_}
+_FOUND = {
+    ast.Call: "a call", ast.Attribute: "an attribute access", ast.Subscript: "a subscript",
+    ast.Lambda: "a lambda", ast.ListComp: "a comprehension", ast.SetComp: "a comprehension",
+    ast.DictComp: "a comprehension", ast.GeneratorExp: "a comprehension", ast.JoinedStr: "an f-string",
+    ast.FormattedValue: "an f-string", ast.IfExp: "a conditional expression", ast.NamedExpr: "an assignment",
+    ast.Starred: "a starred expression", ast.Dict: "a dict", ast.Set: "a set", ast.Slice: "a slice",
+    ast.Await: "an await", ast.Yield: "a yield", ast.YieldFrom: "a yield",
+}  # fmt: skip
+
+
+class _Refused(Exception):
+    """A `require` expression outside the grammar (the message says what was found)."""
+
+
+def _literal_number(node: ast.expr) -> bool:
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        node = node.operand
+    return isinstance(node, ast.Constant) and type(node.value) in (int, float, bool)
+
+
+def _check(node: ast.AST, names: Mapping | None) -> None:
+    """Raise _Refused unless `node` is in the grammar; `names` (when given) are the params it may use."""
+    if isinstance(node, ast.Expression):
+        return _check(node.body, names)
+    if isinstance(node, ast.Constant):
+        if type(node.value) not in (int, float, str, bool):
+            raise _Refused(f"the constant {node.value!r}")
+        return None
+    if isinstance(node, ast.Name):
+        if node.id.startswith("__"):
+            raise _Refused(f"the dunder name {node.id}")
+        if names is not None and node.id not in names:
+            raise _Refused(f"the name {node.id}, which is not a param of this source")
+        return None
+    if isinstance(node, ast.BoolOp):
+        for v in node.values:
+            _check(v, names)
+        return None
+    if isinstance(node, ast.UnaryOp):
+        if type(node.op) not in _UNARY:
+            raise _Refused(f"the operator {type(node.op).__name__}")
+        return _check(node.operand, names)
+    if isinstance(node, ast.BinOp):
+        if type(node.op) not in _BINOPS:
+            raise _Refused(f"the operator {type(node.op).__name__} (bitwise operators are not allowed)")
+        if isinstance(node.op, ast.Pow) and not (
+            isinstance(node.right, ast.Name)
+            or (_literal_number(node.right) and abs(ast.literal_eval(node.right)) <= MAX_EXPONENT)
+        ):
+            raise _Refused(f"a power whose exponent is not a param or a number of at most {MAX_EXPONENT}")
+        _check(node.left, names)
+        return _check(node.right, names)
+    if isinstance(node, ast.Compare):
+        _check(node.left, names)
+        for op, right in zip(node.ops, node.comparators):
+            if type(op) not in _CMPOPS:
+                raise _Refused(f"the comparison {type(op).__name__}")
+            if isinstance(right, (ast.Tuple, ast.List)):
+                if not isinstance(op, (ast.In, ast.NotIn)):
+                    raise _Refused("a list outside `in`/`not in`")
+                bad = [e for e in right.elts if not (_literal_number(e) or isinstance(e, ast.Constant))]
+                if bad:
+                    raise _Refused("a list with an element that is not a number or a string")
+                for e in right.elts:
+                    _check(e, names)
+            else:
+                _check(right, names)
+        return None
+    if isinstance(node, (ast.Tuple, ast.List)):
+        raise _Refused("a list outside `in`/`not in`")
+    raise _Refused(_FOUND.get(type(node), f"a {type(node).__name__} expression"))
+
+
+@functools.lru_cache(maxsize=256)
+def _parse_require(expr: str) -> ast.Expression:
+    try:
+        tree = ast.parse(expr.strip(), mode="eval")
+    except SyntaxError as e:
+        raise _Refused(f"a syntax error ({e.msg})") from None
+    except ValueError as e:  # e.g. a NUL byte
+        raise _Refused(f"unreadable text ({e})") from None
+    _check(tree, None)
+    return tree
+
+
+def require_error(expr: str, params: Mapping | None = None) -> str | None:
+    """Why `expr` is not a valid `kope: require` condition over `params` (one line), or None if it is."""
+    try:
+        _check(_parse_require(expr), params)
+    except _Refused as e:
+        return f"{_REQUIRE_GRAMMAR}; found {e} in {expr.strip()!r}"
+    except RecursionError:
+        return f"{_REQUIRE_GRAMMAR}; found an expression nested too deeply"
+    return None
+
+
+def evaluate_require(expr: str, point: Mapping) -> bool:
+    """Whether `point` satisfies the condition `expr`; False when it is outside the grammar or fails."""
+    try:
+        return bool(_eval(_parse_require(expr).body, point))
+    except Exception:  # a condition that cannot be evaluated on this point rules it out
+        return False
+
+
+def _power(base, exp):
+    if isinstance(base, str) or isinstance(exp, str) or abs(exp) > MAX_EXPONENT:
+        raise ValueError("exponent out of range")
+    if isinstance(base, int) and isinstance(exp, int) and exp > 0 and base.bit_length() * exp > MAX_INT_BITS:
+        raise ValueError("power too large")
+    return base**exp
+
+
+def _arith(op: ast.operator, a, b):
+    strings = isinstance(a, str), isinstance(b, str)
+    if any(strings) and not (all(strings) and isinstance(op, ast.Add)):  # no `"x" * 10**9`, no `%` formats
+        raise TypeError("only + joins strings")
+    if isinstance(op, ast.Pow):
+        return _power(a, b)
+    result = _BINOPS[type(op)](a, b)
+    if isinstance(result, int) and result.bit_length() > MAX_INT_BITS:
+        raise ValueError("integer too large")
+    return result
+
+
+def _eval(node: ast.expr, env: Mapping):
+    """Interpret one node of a checked expression (anything else raises, so it stays safe unchecked)."""
+    if isinstance(node, ast.Constant) and type(node.value) in (int, float, str, bool):
+        return node.value
+    if isinstance(node, ast.Name) and not node.id.startswith("__"):
+        value = env[node.id]
+        if type(value) not in (int, float, str, bool):
+            raise TypeError(f"param {node.id} is not a number or a string")
+        return value
+    if isinstance(node, ast.BoolOp):
+        if isinstance(node.op, ast.And):
+            result = True
+            for v in node.values:
+                result = _eval(v, env)
+                if not result:
+                    return result
+            return result
+        result = False
+        for v in node.values:
+            result = _eval(v, env)
+            if result:
+                return result
+        return result
+    if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
+        value = _eval(node.operand, env)
+        if isinstance(value, str) and not isinstance(node.op, ast.Not):
+            raise TypeError("bad operand for a unary operator")
+        return _UNARY[type(node.op)](value)
+    if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
+        return _arith(node.op, _eval(node.left, env), _eval(node.right, env))
+    if isinstance(node, ast.Compare):
+        left = _eval(node.left, env)
+        for op, right_node in zip(node.ops, node.comparators):
+            if type(op) not in _CMPOPS:
+                raise TypeError("comparison outside the grammar")
+            if isinstance(right_node, (ast.Tuple, ast.List)):
+                if not isinstance(op, (ast.In, ast.NotIn)):
+                    raise TypeError("a list outside `in`")
+                right = tuple(_eval(e, env) for e in right_node.elts)
+            else:
+                right = _eval(right_node, env)
+                if isinstance(op, (ast.In, ast.NotIn)) and not (
+                    isinstance(left, str) and isinstance(right, str)
+                ):
+                    raise TypeError("`in` needs a literal list or two strings")
+            if not _CMPOPS[type(op)](left, right):
+                return False
+            left = right
+        return True
+    raise TypeError(f"{type(node).__name__} is outside the `kope: require` grammar")

@@ -21,7 +21,17 @@ def pytest_kope_make_toolchain(name: str, config: pytest.Config) -> Any:
     if target is None:
         return None
     module, _, cls = target.partition(":")
-    return getattr(importlib.import_module(module), cls)()
+    make = getattr(importlib.import_module(module), cls)
+    if name == "c":  # judging children are pytest processes with the same ini, so they see it too
+        return make(allow_symbols=_ini_lines(config, "kope_allow_symbols"))
+    return make()
+
+
+def _ini_lines(config: pytest.Config, name: str) -> list[str]:
+    try:
+        return list(config.getini(name) or [])
+    except ValueError:  # not registered (pytest-kope's options not added to this config)
+        return []
 
 
 def pytest_kope_toolchain_names(config: pytest.Config) -> list[str]:

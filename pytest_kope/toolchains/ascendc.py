@@ -37,6 +37,7 @@ from ..spec import FLAGS, KernelSpec
 from . import devices
 from .base import IN, INOUT, OUT, SCALAR, Availability, Kernel, KernelFunction, Timer
 from .pylaunch import kernel_args, parse_kernel
+from .screening import screen_c_source
 
 DEFAULT_SOC = "Ascend910B2"
 TOOLKIT_ROOTS = ("/usr/local/Ascend/ascend-toolkit", "~/Ascend/ascend-toolkit")
@@ -56,10 +57,6 @@ SCALAR_TYPES = frozenset(
         "bool",
         "size_t",
     }
-)
-_FORBIDDEN = re.compile(
-    r"\b(system|popen|fork|vfork|execv\w*|execl\w*|fopen|open|socket|connect|dlopen|"
-    r"syscall|ptrace|kill|getenv|setenv|remove|unlink|rename)\s*\("
 )
 _DECL_TYPES = re.compile(r"(\w+)\s*:\s*(\w+)")
 
@@ -247,11 +244,7 @@ class AscendCToolchain:
         return {"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
 
     def screen(self, candidate: Candidate) -> list[str]:
-        text = re.sub(r"//[^\n]*|/\*.*?\*/", "", candidate.source, flags=re.S)
-        found = sorted({m.group(1) for m in _FORBIDDEN.finditer(text)})
-        return [
-            f"calls {f}() (process/file/network/environment APIs are not allowed in a kernel)" for f in found
-        ]
+        return screen_c_source(candidate.source)
 
     def build(self, candidate: Candidate, spec: KernelSpec, build_dir: Path) -> Kernel:
         mode = self.mode()

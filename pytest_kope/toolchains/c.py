@@ -13,7 +13,7 @@ import re
 import shlex
 import shutil
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,14 @@ from ..errors import BuildError, SpecError
 from ..hardware import cpu_fingerprint
 from ..spec import FLAGS, KernelSpec
 from .base import IN, INOUT, OUT, SCALAR, Arg, Availability, Kernel, KernelFunction, Timer
+from .screening import (  # noqa: F401 - FORBIDDEN_CALLS and strip_c_comments are re-exported
+    BINARY_SCREEN_ENV,
+    FORBIDDEN_CALLS,
+    compiler_flag_ok,
+    screen_c_source,
+    screen_library,
+    strip_c_comments,
+)
 
 BASE_FLAGS = ["-shared", "-fPIC", "-fopenmp"]
 _C_STD = {".c": ["-std=gnu11"], ".cc": ["-std=gnu++17"], ".cpp": ["-std=gnu++17"], ".cxx": ["-std=gnu++17"]}
@@ -30,45 +38,7 @@ _NUMPY_OF = {
     "long": "int64", "uint8_t": "uint8", "int8_t": "int8", "short": "int16", "uint16_t": "uint16",
     "unsigned": "uint32", "uint32_t": "uint32", "size_t": "uint64",
 }  # fmt: skip
-# Calls a kernel has no business making: process, file, network, environment, dynamic loading.
-# A source that names one of them is rejected before it is built (README: "Threat model").
-FORBIDDEN_CALLS = (
-    "system", "popen", "fork", "vfork", "clone", "execl", "execle", "execlp", "execv", "execve", "execvp",
-    "posix_spawn", "socket", "connect", "bind", "fopen", "freopen", "open", "openat", "creat", "unlink",
-    "unlinkat", "remove", "rename", "rmdir", "mkdir", "getenv", "secure_getenv", "setenv", "putenv",
-    "dlopen", "dlsym", "syscall", "ptrace", "kill", "mmap", "mprotect", "chdir", "pthread_create",
-    "environ", "__environ",
-)  # fmt: skip
-# `)`, `,` and `}` catch the name used as a value: `(fork)()`, `{fork, ...}`, `f = (fork);`.
-_FORBIDDEN_RE = re.compile(r"\b(" + "|".join(FORBIDDEN_CALLS) + r")\b\s*(\(|;|\[|\)|,|\})")
-# The same rule checked on the built library, which macros, token pasting and function pointers
-# cannot hide from: symbols it imports, and system-call instructions in its code.
-FORBIDDEN_IMPORTS = frozenset(FORBIDDEN_CALLS) | {
-    "_Fork", "__clone", "clone3", "thrd_create", "posix_spawnp", "execvpe", "fexecve", "wait", "waitpid",
-    "open64", "openat64", "__open_2", "__open64_2", "__openat_2", "__openat64_2", "creat64", "fopen64",
-    "freopen64", "fdopen", "tmpfile", "tmpfile64", "mkstemp", "mkostemp", "opendir", "truncate",
-    "ftruncate", "link", "linkat", "symlink", "symlinkat", "renameat", "renameat2", "chmod", "chown",
-    "write", "writev", "pwrite", "pwrite64", "read", "readv", "pread", "pread64", "dup", "dup2", "dup3",
-    "pipe", "ioctl", "fcntl", "exit", "_exit", "_Exit", "quick_exit", "sigaction", "signal", "raise",
-    "alarm", "setitimer", "setrlimit", "prlimit", "prctl", "sendto", "sendmsg", "recv", "recvfrom",
-    "getaddrinfo", "gethostbyname", "accept", "listen", "shm_open", "memfd_create", "process_vm_readv",
-    "process_vm_writev", "dlmopen", "dlvsym", "dladdr", "dl_iterate_phdr", "_r_debug", "mmap64",
-}  # fmt: skip
-# the Python C API (a kernel that runs Python could patch the oracle) and the dynamic loader's internals
-_FORBIDDEN_IMPORT_RE = re.compile(r"^(_?Py|_dl_)")
-_SYSCALL_INSN = re.compile(r"\s(syscall|sysenter|int\s+\$0x80|svc\s+#?0x0|svc\s+#?0)\b")
-BINARY_SCREEN_ENV = "KOPE_C_SCREEN_BINARY"  # "0" switches the built-library check off (tests of the jail)
-# Flags a candidate may choose: optimization, target, code-generation and warning switches. Nothing that
-# loads code into the compiler (-fplugin), reads other files (-include, -I, @file, -specs) or links.
-_ALLOWED_FLAG = re.compile(
-    r"^-(O[0-3sz]?|Ofast|march=[\w.-]+|mtune=[\w.-]+|m[\w-]+(=[\w.,-]+)?|f[\w-]+(=[\w.,-]+)?"
-    r"|W[\w-]*(=[\w-]+)?|g\d?|std=[\w+]+|D\w+(=[\w.-]*)?|U\w+|pipe|funroll-loops)$"
-)
-_DENIED_FLAG = re.compile(
-    r"^-f(plugin|profile|auto-profile|debug-prefix-map|file-prefix-map|record|dump|stack-usage)"
-)
 _DEFINE_VALUE = re.compile(r"^-?[\w.]+$")
-_ASM_RE = re.compile(r"\b(__asm__|asm)\b\s*(volatile\s*)?\(\s*\"[^\"]*\bsyscall\b")
 
 
 @functools.lru_cache(maxsize=4)
@@ -113,9 +83,11 @@ class CToolchain:
     extensions = (".c", ".cc", ".cpp", ".cxx")
     timed_on_host = True  # its timings are bound by this machine's measured memory and FMA ceilings
 
-    def __init__(self, cc: str | None = None, cxx: str | None = None):
+    def __init__(self, cc: str | None = None, cxx: str | None = None, allow_symbols: Iterable[str] = ()):
         self.cc = cc or os.environ.get("CC", "gcc")
         self.cxx = cxx or os.environ.get("CXX", "g++")
+        # names or globs a built library may import besides the built-in allow-list (kope_allow_symbols)
+        self.allow_symbols = tuple(s.strip() for s in allow_symbols if s.strip())
 
     def availability(self) -> Availability:
         path = shutil.which(self.cc)
@@ -127,18 +99,12 @@ class CToolchain:
         return {**cpu_fingerprint(), "toolchain": "c", "compiler": compiler_version(self.cc)}
 
     def screen(self, candidate: Candidate) -> list[str]:
-        text = _strip_comments(candidate.source)
-        found = sorted({m.group(1) for m in _FORBIDDEN_RE.finditer(text)})
-        reasons = [
-            f"calls {name}() (process/file/network/environment APIs are not allowed)" for name in found
-        ]
-        if _ASM_RE.search(text):
-            reasons.append("issues a raw syscall from inline assembly")
+        reasons = screen_c_source(candidate.source)
         flags = shlex.split(str(candidate.params.get(FLAGS, "")))
         reasons += [
             f"compiler flag {f!r} is not allowed (optimization, target and warning flags only)"
             for f in flags
-            if not _ALLOWED_FLAG.match(f) or _DENIED_FLAG.match(f)
+            if not compiler_flag_ok(f)
         ]
         bad_defines = [
             f"{k}={v}" for k, v in candidate.params.items() if k != FLAGS and not _DEFINE_VALUE.match(str(v))
@@ -167,8 +133,11 @@ class CToolchain:
 
     def _compile(self, candidate: Candidate, build_dir: Path) -> tuple[Path, str]:
         probe = self.command(candidate, Path("src"), Path("out"))
+        screened = os.environ.get(BINARY_SCREEN_ENV, "1") != "0"
+        # a library screened under other rules (a wider allow-list, or none) is not reused under these
+        rules = ["screened" if screened else "unscreened", *sorted(self.allow_symbols)]
         key = hashlib.sha256(
-            "\0".join([candidate.source, *probe, compiler_version(probe[0])]).encode()
+            "\0".join([candidate.source, *probe, compiler_version(probe[0]), *rules]).encode()
         ).hexdigest()[:20]
         target = build_dir / key
         lib = target / "kernel.so"
@@ -190,8 +159,8 @@ class CToolchain:
             shutil.rmtree(tmp, ignore_errors=True)
             raise BuildError(candidate.filename, f"$ {shlex.join(cmd).replace(str(tmp) + '/', '')}\n{log}")
         (tmp / "build.log").write_text(log)
-        if os.environ.get(BINARY_SCREEN_ENV, "1") != "0":
-            reasons = screen_library(tmp / "kernel.so")
+        if screened:
+            reasons = screen_library(tmp / "kernel.so", self.allow_symbols)
             if reasons:
                 shutil.rmtree(tmp, ignore_errors=True)
                 raise BuildError(candidate.filename, "screening: " + "; ".join(reasons))
@@ -238,34 +207,6 @@ class CToolchain:
         return Kernel(candidate, functions, build_log=log, extra={"library": str(lib_path), "ffi": ffi})
 
 
-def screen_library(lib: Path) -> list[str]:
-    """Why a built kernel library must not be loaded: forbidden imports or raw system calls; [] if fine.
-
-    Fails closed: a library that cannot be inspected (no binutils) is refused.
-    """
-    try:
-        nm = subprocess.run(
-            ["nm", "-D", "--undefined-only", "--format=posix", str(lib)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        dis = subprocess.run(
-            ["objdump", "-d", "--no-show-raw-insn", str(lib)], capture_output=True, text=True, timeout=120
-        )
-    except (OSError, subprocess.SubprocessError) as e:
-        return [f"cannot inspect the built library ({e}); install binutils (nm, objdump)"]
-    if nm.returncode != 0 or dis.returncode != 0:
-        return [f"cannot inspect the built library: {(nm.stderr or dis.stderr).strip()[:200]}"]
-    imported = {line.split()[0].split("@")[0] for line in nm.stdout.splitlines() if line.strip()}
-    bad = sorted(n for n in imported if n in FORBIDDEN_IMPORTS or _FORBIDDEN_IMPORT_RE.match(n))
-    reasons = [f"the built library imports {', '.join(bad)} (not allowed in a kernel)"] if bad else []
-    insns = sorted({m.group(1) for m in _SYSCALL_INSN.finditer(dis.stdout)})
-    if insns:
-        reasons.append(f"the built library issues raw system calls ({', '.join(insns)})")
-    return reasons
-
-
 def _numpy_caller(ffi: Any, fn: Any, name: str, args: tuple[Arg, ...], dtypes: list[str]):
     """Wrap a cffi function so it takes numpy arrays for pointers, checking dtype and contiguity."""
     import numpy as np
@@ -298,6 +239,4 @@ def _numpy_caller(ffi: Any, fn: Any, name: str, args: tuple[Arg, ...], dtypes: l
     return call
 
 
-def _strip_comments(text: str) -> str:
-    text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
-    return re.sub(r"//[^\n]*", " ", text)
+_strip_comments = strip_c_comments  # the old private name, kept for imports

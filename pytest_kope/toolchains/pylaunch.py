@@ -43,68 +43,18 @@ from typing import Any
 from ..errors import BuildError, SpecError
 from ..spec import FLAGS, KernelSpec, bake_defaults
 from .base import IN, INOUT, OUT, SCALAR, Arg
+from .screening import (
+    ALLOWED_MODULES,
+    FORBIDDEN_ATTRS,  # noqa: F401 - re-exported
+    FORBIDDEN_BUILTINS,
+    screen_python_source,
+)
+
+ALLOWED_IMPORTS = ALLOWED_MODULES  # the old names, kept for imports
+FORBIDDEN_CALLS = FORBIDDEN_BUILTINS
 
 _DECL = re.compile(r"^\s*(?P<name>[A-Za-z_]\w*)\s*\((?P<args>.*)\)\s*$")
 _ROLES = {"in": IN, "out": OUT, "inout": INOUT}
-
-# Modules a kernel source may import; everything else is refused by `screen`.
-ALLOWED_IMPORTS = frozenset(
-    {
-        "triton",
-        "torch",
-        "torch_npu",
-        "math",
-        "numpy",
-        "functools",
-        "itertools",
-        "operator",
-        "typing",
-        "__future__",
-        "dataclasses",
-        "enum",
-    }
-)
-# Calls no kernel needs and an escape would: file, code and attribute access by string.
-FORBIDDEN_CALLS = frozenset(
-    {
-        "open",
-        "eval",
-        "exec",
-        "compile",
-        "__import__",
-        "getattr",
-        "setattr",
-        "delattr",
-        "globals",
-        "locals",
-        "vars",
-        "breakpoint",
-        "input",
-        "exit",
-        "quit",
-        "memoryview",
-    }
-)
-# Dotted names that reach files, processes or native code through an allowed module.
-FORBIDDEN_ATTRS = (
-    "torch.load",
-    "torch.save",
-    "torch.hub",
-    "torch.utils.cpp_extension",
-    "torch.ops.load_library",
-    "torch.classes.load_library",
-    "torch.cuda.memory",
-    "torch.distributed",
-    "torch.multiprocessing",
-    "numpy.load",
-    "numpy.save",
-    "numpy.fromfile",
-    "numpy.memmap",
-    "numpy.ctypeslib",
-    "numpy.lib.format",
-    "triton.runtime.build",
-    "triton.tools",
-)
 
 
 def parse_kernel(
@@ -206,53 +156,10 @@ def bake(text: str, point: Mapping[str, Any], filename: str = "<source>") -> str
 def screen(text: str, filename: str = "<source>") -> list[str]:
     """Reasons to refuse a Python kernel source before running it; empty when it looks clean.
 
-    A first filter, not a sandbox: the judge's child process is the containment.
+    A first filter, not a sandbox: the judge's child process is the containment. The rules live in
+    `screening` (one implementation for every toolchain and the claude agent).
     """
-    try:
-        tree = ast.parse(text, filename)
-    except SyntaxError:
-        return []  # the build reports it, with the line
-    reasons = []
-    aliases: dict[str, str] = {}
-    for node in ast.walk(tree):
-        where = f"{filename}:{getattr(node, 'lineno', '?')}"
-        if isinstance(node, ast.Import):
-            for a in node.names:
-                aliases[(a.asname or a.name).split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
-                if a.name.split(".")[0] not in ALLOWED_IMPORTS:
-                    reasons.append(f"{where}: import of {a.name} is not allowed in a kernel source")
-        elif isinstance(node, ast.ImportFrom):
-            mod = node.module or ""
-            if node.level or mod.split(".")[0] not in ALLOWED_IMPORTS:
-                reasons.append(
-                    f"{where}: import from {'.' * node.level}{mod} is not allowed in a kernel source"
-                )
-            for a in node.names:
-                aliases[a.asname or a.name] = f"{mod}.{a.name}"
-        elif (
-            isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in FORBIDDEN_CALLS
-        ):
-            reasons.append(f"{where}: call to {node.func.id}() is not allowed in a kernel source")
-        elif isinstance(node, ast.Name) and node.id in ("__builtins__", "__loader__", "__spec__"):
-            reasons.append(f"{where}: use of {node.id} is not allowed in a kernel source")
-        elif isinstance(node, ast.Attribute):
-            if node.attr.startswith("__") and node.attr.endswith("__"):
-                reasons.append(f"{where}: dunder attribute .{node.attr} is not allowed in a kernel source")
-            dotted = _dotted(node, aliases)
-            if dotted and any(dotted == f or dotted.startswith(f + ".") for f in FORBIDDEN_ATTRS):
-                reasons.append(f"{where}: {dotted} is not allowed in a kernel source")
-    return list(dict.fromkeys(reasons))
-
-
-def _dotted(node: ast.expr, aliases: Mapping[str, str]) -> str | None:
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if not isinstance(node, ast.Name):
-        return None
-    parts.append(aliases.get(node.id, node.id))
-    return ".".join(reversed(parts))
+    return screen_python_source(text, filename)
 
 
 _loaded = itertools.count()

@@ -1,8 +1,9 @@
 // kope: kernel void softmax(const float *x, float *y, int rows, int cols)
-// kope: param UNROLL = 1 | 2
-// kope: require [c for c in ().__class__.__base__.__subclasses__() if c.__name__ == 'catch_warnings'][0]()._module.__builtins__['__import__']('os').system('touch /tmp/kope-pwned-by-require') == 0 or UNROLL > 0
-// a `kope: require` line that, evaluated as Python in the controller, escapes to os.system: the
-// controller must parse it by a fixed grammar and refuse it, never run it.
+// kope: param BLOCK = 1 | 2
+// kope: require __import__('os').system('touch @REPO@.require-pwned') == 0 or BLOCK > 0
+// a header whose constraint runs a shell command if anything evaluates it as Python: the controller
+// reads `kope: require` with a fixed grammar, so the candidate is refused naming the line and the file
+// it would create never appears. The kernel itself is the honest one.
 #include <math.h>
 
 void softmax(const float *x, float *y, int rows, int cols) {
@@ -12,9 +13,11 @@ void softmax(const float *x, float *y, int rows, int cols) {
         float m = -INFINITY, s = 0.0f;
         for (int c = 0; c < cols; c++)
             m = xr[c] > m ? xr[c] : m;
+        for (int c = 0; c < cols; c++) {
+            yr[c] = expf(xr[c] - m);
+            s += yr[c];
+        }
         for (int c = 0; c < cols; c++)
-            s += (yr[c] = expf(xr[c] - m));
-        for (int c = 0; c < cols; c++)
-            yr[c] /= s;
+            yr[c] = yr[c] / s;
     }
 }
