@@ -12,6 +12,7 @@ Two runs, each judging many tricks at once to keep the suite fast:
   tricks that issue raw system calls actually run, and what is tested is the next layer: the guards,
   the bubblewrap jail (read-only view, no network, PID namespace), the pids cgroup and the scrubbed
   environment. Jail-dependent assertions skip with a reason on a machine without bubblewrap/cgroup.
+Replayed candidates run only in the jail, so without bubblewrap both runs pass --kope-allow-unjailed.
 """
 
 from __future__ import annotations
@@ -156,6 +157,8 @@ class Run:
         cmd = [sys.executable, "-m", "pytest", "--kope-optimize", f"--kope-agent=replay:{agent}"]
         cmd += ["--kope-budget", str(len(names)), "--kope-timeout", "10", "--kope-jobs", "3"]
         cmd += ["--kope-seeds", "2", "-p", "no:cacheprovider", "-p", "no:randomly"]
+        if JAIL is None:  # replayed candidates run only in the jail unless allowed: test the next layers
+            cmd.append("--kope-allow-unjailed")
         self.proc = subprocess.run(cmd, cwd=self.repo, env=env, capture_output=True, text=True, timeout=600)
         self.output = self.proc.stdout + self.proc.stderr
         runs = sorted((self.repo / ".kope" / "runs").glob("*/report.json"))
