@@ -83,6 +83,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         type=float,
     )
     _option(g, parser, "kope-timeout", "seconds a candidate's test process may run (default 120)", type=float)
+    _option(
+        g,
+        parser,
+        "kope-allow-unjailed",
+        "run candidates of agents other than the tuner (claude, replay:DIR, plugins) even where the "
+        "bubblewrap jail does not work (default: refuse to start, see apt-get install bubblewrap)",
+        ini_type="bool",
+        action="store_true",
+        default=None,
+    )
     _option(g, parser, "kope-jobs", "parallel correctness workers (default: number of cores)", type=int)
     parser.addini(
         "kope_plugins",

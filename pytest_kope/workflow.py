@@ -91,6 +91,13 @@ class KopeSession:
             raise pytest.UsageError(
                 f"--kope-agent {self.agent_name}: no such agent (tuner, claude, replay:DIR)"
             )
+        # Candidates from any agent but the built-in tuner (which only rebuilds the committed source) are
+        # untrusted code: they run only in the jail unless the user says otherwise.
+        unjailed_ok = type(self.agent) is Tuner or bool(_setting(config, "kope_allow_unjailed", False))
+        try:
+            sandbox.require_jail(getattr(self.agent, "name", self.agent_name), unjailed_ok)
+        except ConfigError as e:
+            raise pytest.UsageError(str(e)) from None
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(

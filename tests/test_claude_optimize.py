@@ -7,7 +7,7 @@ import sqlite3
 
 import pytest
 from messages_server import MessagesServer, garbage, reply, status, tool_call, usage
-from op_repos import SCALE_C, git
+from op_repos import SCALE_C, UNJAILED, git
 
 KEY = "sk-ant-test-SECRET-e2e-7731"
 FAST = SCALE_C.replace("// kope: flags -O0 | -O2 -march=native", "// kope: flags -O2 -march=native | -O0")
@@ -25,7 +25,7 @@ def run(pytester: pytest.Pytester, server: MessagesServer, monkeypatch, *args: s
     monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
     monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
     return pytester.runpytest_subprocess(
-        "-p", "no:cacheprovider", "--kope-optimize", "--kope-agent", "claude", *args, timeout=600
+        "-p", "no:cacheprovider", "--kope-optimize", "--kope-agent", "claude", *UNJAILED, *args, timeout=600
     )
 
 

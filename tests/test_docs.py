@@ -31,6 +31,7 @@ def test_help_lists_every_option_and_the_readme_documents_them(pytester: pytest.
         "--kope-seeds",
         "--kope-max-tokens",
         "--kope-devices",
+        "--kope-allow-unjailed",
     }
     assert expected <= options
     missing = sorted(o for o in options if o not in README)

@@ -7,7 +7,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from op_repos import SCALE_C, SCALE_TEST, git, make_op_repo
+from op_repos import SCALE_C, SCALE_TEST, UNJAILED, git, make_op_repo, path_without_bwrap
 
 
 def status(root: Path) -> str:
@@ -123,6 +123,7 @@ def test_replay_candidates_that_crash_hang_or_cheat_are_failures_not_crashes(
         pytester,
         "--kope-agent",
         f"replay:{pytester.path / 'cands'}",
+        *UNJAILED,
         "--kope-budget",
         "5",
         "--kope-timeout",
@@ -171,3 +172,29 @@ def test_claude_without_key_is_one_line_error(pytester: pytest.Pytester, op_repo
     result = run_optimize(pytester, "--kope-agent", "claude")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--kope-agent claude needs ANTHROPIC_API_KEY*"])
+
+
+def test_untrusted_agents_run_only_in_the_jail(
+    pytester: pytest.Pytester, op_repo, monkeypatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("PATH", path_without_bwrap(tmp_path / "bin"))  # this machine without bubblewrap
+    (pytester.path / "cands" / "scale").mkdir(parents=True)
+    replay = f"replay:{pytester.path / 'cands'}"
+    result = run_optimize(pytester, "--kope-agent", replay)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [
+            "ERROR: --kope-agent replay writes untrusted code, which runs only in the bubblewrap jail, but "
+            "here bubblewrap is not installed: install it (apt-get install bubblewrap) or pass "
+            "--kope-allow-unjailed to run candidates without it"
+        ]
+    )
+    # the user may say otherwise, on the command line or in the ini file
+    for allow in (["--kope-allow-unjailed"], ["-o", "kope_allow_unjailed=true"]):
+        result = run_optimize(pytester, "--kope-agent", replay, *allow, "--collect-only", "-q")
+        assert result.ret == 0, result.stderr.str()
+    # the tuner only rebuilds the committed source: it runs unjailed, and the header says so once
+    result = run_optimize(pytester, "--kope-agent", "tuner", "--kope-budget", "1", "--kope-no-commit")
+    assert result.ret == 0, result.stdout.str()
+    header = [line for line in result.stdout.lines if "bubblewrap" in line]
+    assert len(header) == 1 and "no network/filesystem jail" in header[0], header

@@ -8,8 +8,9 @@ round's turn limit is reached.
 
 Nothing the API does crashes the run: rate limits, overload and time-outs are retried with back-off,
 and whatever still fails (or a garbled reply) ends the round with a fault note in `usage()["faults"]`.
-The API key never leaves the HTTP header: it is scrubbed from every text this agent stores or returns,
-and from the environment of the compile check.
+The API key never leaves the HTTP header: it is scrubbed from every text this agent stores or returns.
+The compile check runs in the judge's sandbox (judge/draft.py), and whatever text came from a candidate
+(compiler output, build logs, test failures) reaches the model fenced as untrusted data.
 """
 
 from __future__ import annotations
@@ -19,17 +20,15 @@ import json
 import os
 import random
 import re
-import shlex
-import subprocess
-import tempfile
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
 from ..candidate import Candidate
 from ..errors import ConfigError, SpecError
+from ..judge import draft
 from ..judge.outcome import Judged
 from ..spec import FLAGS, parse_spec
 from ..toolchains import screening
@@ -38,15 +37,10 @@ from .base import Context
 
 DEFAULT_MODEL = "claude-sonnet-4-6"  # the SDK marks claude-sonnet-4-5 deprecated
 TOKEN_KEYS = ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
-SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
 NO_KEY = "--kope-agent claude needs ANTHROPIC_API_KEY (export it, or use --kope-agent tuner)"
 COMPILER_CHARS = 2_000
 _KEY_LIKE = re.compile(r"sk-ant-[A-Za-z0-9_\-]{6,}")
 _KOPE_LINE = re.compile(r"^\s*(?://+|#+|/\*+|\*+)?\s*kope:")
-_SAFE_FLAG = re.compile(
-    r"^-(O[0-3sgz]?|Ofast|march=[\w.+-]+|mtune=[\w.+-]+|m[a-z0-9][\w.+=-]*|f(?!plugin)[a-z][\w.+=-]*"
-    r"|std=[\w+]+|[DU]\w+(=[\w.+-]*)?|W[\w=+-]*|pthread)$"
-)
 Sink = Callable[[str, str, dict[str, int]], None]
 
 
@@ -73,7 +67,7 @@ class ClaudeAgent:
         recall_tokens: int = 1_500,
         query_tokens: int = 1_000,
         compile_timeout: float = 20.0,
-        cc: str = "gcc",
+        cc: str | None = None,
     ):
         key = api_key or os.environ.get("ANTHROPIC_API_KEY") or ""
         if not key.strip():
@@ -364,7 +358,11 @@ class ClaudeAgent:
         except Exception as e:  # the graph is advice: a failing recall costs the advice, not the round
             self._fault(ctx.operator.name, f"recall failed: {type(e).__name__}: {e}")
             return "(experience unavailable)"
-        return prompt.clip(text, budget * prompt.CHARS_PER_TOKEN) or "(nothing relevant recorded yet)"
+        text = prompt.clip(text, budget * prompt.CHARS_PER_TOKEN)
+        if not text.strip():
+            return "(nothing relevant recorded yet)"
+        # lessons and attempts recorded from earlier candidates quote their failures and build logs
+        return prompt.untrusted(text, "experience graph: lessons and results of earlier candidates")
 
     def _compile(self, ctx: Context, source: str) -> str:
         filename = Path(ctx.operator.filename).name or "draft.c"
@@ -375,43 +373,15 @@ class ClaudeAgent:
             except SyntaxError as e:
                 return f"{filename}:{e.lineno}:{e.offset}: SyntaxError: {e.msg}"
             return "ok (Python syntax only; the judge builds and runs it)"
-        if lang != "c":
+        if ctx.operator.toolchain != "c" or lang not in ("c", "cpp"):
             return f"no quick check for {filename} here; submit it and the judge builds it"
-        try:
-            space = parse_spec(source, filename).space
-        except SpecError as e:
-            return f"the `kope:` header does not parse: {e}"
-        defaults = space.defaults
-        flags: list[str] = []
-        dropped: list[str] = []
-        for flag in shlex.split(str(defaults.get(FLAGS, ""))):
-            (flags if _SAFE_FLAG.match(flag) else dropped).append(flag)
-        defines = [
-            f"-D{k}={v}" for k, v in defaults.items() if k != FLAGS and re.fullmatch(r"[\w.+-]+", str(v))
-        ]
-        with tempfile.TemporaryDirectory(prefix="kope-draft-") as tmp:
-            (Path(tmp) / filename).write_text(source)
-            cmd = [self.cc, "-fsyntax-only", "-std=gnu11", "-fopenmp", *flags, *defines, filename]
-            try:
-                proc = subprocess.run(
-                    cmd,
-                    cwd=tmp,
-                    env=scrubbed_env(self._secrets),
-                    stdin=subprocess.DEVNULL,
-                    capture_output=True,
-                    text=True,
-                    timeout=self.compile_timeout,
-                )
-            except FileNotFoundError:
-                return f"{self.cc} is not installed here; submit the source and the judge builds it"
-            except subprocess.TimeoutExpired:
-                return f"the compile check timed out after {self.compile_timeout:g} s"
-            out = (proc.stderr + proc.stdout).replace(tmp + os.sep, "").strip()
-        if dropped:
-            out = f"(flags not used by this check: {' '.join(dropped)})\n{out}".strip()
-        if proc.returncode == 0:
-            return "ok" + (f"\n{prompt.clip(out, COMPILER_CHARS)}" if out else "")
-        return prompt.clip(out, COMPILER_CHARS) or f"{self.cc} exited with {proc.returncode}"
+        # built in the judge's sandbox with the toolchain's own command line: see judge/draft.py
+        checked = draft.check(source, filename, self.compile_timeout, self.cc)
+        if checked.reason:
+            return checked.reason
+        output = prompt.clip(checked.output, COMPILER_CHARS)
+        fenced = prompt.untrusted(output, "compiler output for your draft") if output else ""
+        return ("ok\n" + fenced).strip() if checked.ok else fenced
 
     # -- bookkeeping -------------------------------------------------------------------------------
 
@@ -475,17 +445,6 @@ def merge_space(source: str, space: str, filename: str, notes: list[str]) -> str
     if at and not lines[at - 1].endswith("\n"):
         lines[at - 1] += "\n"
     return "".join(lines[:at] + new + lines[at:])
-
-
-def scrubbed_env(secrets: Sequence[str] = ()) -> dict[str, str]:
-    """os.environ without any variable whose name suggests a credential or whose value holds a secret."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not any(w in k.upper() for w in SECRET_WORDS) and not any(s and s in v for s in secrets)
-    }
-    env["LC_ALL"] = "C"
-    return env
 
 
 def _param(block: Any) -> dict[str, Any] | None:

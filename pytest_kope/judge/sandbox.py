@@ -18,6 +18,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..errors import ConfigError
+
 SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE|SESSION", re.I)
 KEEP = (
     "PATH",
@@ -138,6 +140,23 @@ def isolation_summary() -> list[str]:
         else "no writable pids cgroup: RLIMIT_NPROC only (ignored for root), fork bombs are not contained"
     )
     return lines
+
+
+def require_jail(agent: str, allow_unjailed: bool) -> None:
+    """Refuse to start a run whose agent writes code (an LLM, a replayed folder, a plugin's agent)
+    when there is no jail, unless `allow_unjailed`; raises ConfigError with one line.
+
+    The caller allows the built-in tuner: it only rebuilds the committed source with other -D values
+    and flags, so it may run unjailed (the run's header says there is no jail).
+    """
+    jail, why = bubblewrap()
+    if jail or allow_unjailed:
+        return
+    why = "bubblewrap is not installed" if shutil.which("bwrap") is None else why
+    raise ConfigError(
+        f"--kope-agent {agent} writes untrusted code, which runs only in the bubblewrap jail, but here {why}: "
+        "install it (apt-get install bubblewrap) or pass --kope-allow-unjailed to run candidates without it"
+    )
 
 
 def jail_command(bwrap: str, writable: Sequence[Path], tail: Sequence[str]) -> list[str]:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..candidate import Candidate
-from ..errors import BuildError, SpecError
+from ..errors import BuildError, LibraryRejected, SpecError
 from ..hardware import cpu_fingerprint
 from ..spec import FLAGS, KernelSpec
 from .base import IN, INOUT, OUT, SCALAR, Arg, Availability, Kernel, KernelFunction, Timer
@@ -163,7 +163,7 @@ class CToolchain:
             reasons = screen_library(tmp / "kernel.so", self.allow_symbols)
             if reasons:
                 shutil.rmtree(tmp, ignore_errors=True)
-                raise BuildError(candidate.filename, "screening: " + "; ".join(reasons))
+                raise LibraryRejected(candidate.filename, "screening: " + "; ".join(reasons))
         try:
             tmp.rename(target)
         except OSError:  # another process built the same key first: use theirs
