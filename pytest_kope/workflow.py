@@ -93,7 +93,8 @@ class KopeSession:
             )
         # Candidates from any agent but the built-in tuner (which only rebuilds the committed source) are
         # untrusted code: they run only in the jail unless the user says otherwise.
-        unjailed_ok = type(self.agent) is Tuner or bool(_setting(config, "kope_allow_unjailed", False))
+        self.allow_unjailed = bool(_setting(config, "kope_allow_unjailed", False))
+        unjailed_ok = type(self.agent) is Tuner or self.allow_unjailed
         try:
             sandbox.require_jail(getattr(self.agent, "name", self.agent_name), unjailed_ok)
         except ConfigError as e:
@@ -283,6 +284,11 @@ class KopeSession:
 
         known = self.graph.best(task) if can_time else None
         prior = self.graph.judged(task, known["candidate_hash"]) if known else None
+        if prior is not None and not self._may_run(prior.candidate, op.text):
+            self.say(
+                f"kope {op.name}: not resuming from {prior.candidate.short}: written by an agent, no jail here"
+            )
+            prior = None
         if prior is not None and self._descends(task, prior, baseline.candidate.hash):
             resumed = prior.candidate
             again = self._judge_batch(judge, [resumed], incumbent, can_time, remember)[0]
@@ -355,6 +361,11 @@ class KopeSession:
             )
         finally:
             judge.close()
+
+    def _may_run(self, candidate: Candidate, committed: str) -> bool:
+        """Code an agent wrote (any source but the committed one) runs only in the jail, or where the
+        user allowed it without one."""
+        return candidate.source == committed or self.allow_unjailed or bool(sandbox.bubblewrap()[0])
 
     def _descends(self, task: int, judged: Judged, root: str) -> bool:
         """Whether a recorded attempt was derived from `root` (resume only from the committed kernel's line)."""

@@ -324,7 +324,7 @@ def test_overflow_on_large_inputs_is_caught(main):
 
 
 def test_data_race_is_caught(main):
-    _assert_failed(main, "race_omp", {"incorrect"}, r"max error|differ|non-finite")
+    _assert_failed(main, "race_omp", {"incorrect"}, r"max error|differ|non-finite|stale result")
 
 
 # -- nothing a candidate writes is executed or trusted by the controller ------------------------------
@@ -368,7 +368,8 @@ def test_thread_past_name_screen_refused_by_library_check(main):
 
 def test_thread_still_writing_after_return(deep):
     """With the library check off, the C11 thread runs: the guard's second look must catch it."""
-    _assert_failed(deep, "thread_escape", {"incorrect"}, r"changed after the call returned")
+    # a write that lands after the guard's settle window (a loaded machine) fails the test's own check
+    _assert_failed(deep, "thread_escape", {"incorrect"}, r"changed after the call returned|non-finite")
 
 
 def test_forged_results_refused(main):

@@ -1,0 +1,212 @@
+"""The differential check, through real judging children: the committed kernel records its calls,
+each candidate replays them, and the controller alone decides from the outputs.
+
+Also for Python (Triton) candidates, which run in the interpreter on a CPU: whatever a candidate
+does inside its own process, its outputs on inputs it never saw decide.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from pytest_kope.candidate import Candidate
+from pytest_kope.judge import sandbox
+from pytest_kope.judge.outcome import Outcome
+from pytest_kope.judge.runner import Judge, Plan
+from pytest_kope.operator import Operator
+from pytest_kope.toolchains import screening
+
+C_KERNEL = """\
+// kope: kernel void softmax(const float *x, float *y, int rows, int cols)
+#include <math.h>
+void softmax(const float *x, float *y, int rows, int cols) {
+    for (int r = 0; r < rows; r++) {
+        const float *xr = x + (long)r * cols;
+        float *yr = y + (long)r * cols;
+        float m = -INFINITY, s = 0.0f;
+        for (int c = 0; c < cols; c++) m = xr[c] > m ? xr[c] : m;
+        for (int c = 0; c < cols; c++) s += (yr[c] = expf(xr[c] - m));
+        for (int c = 0; c < cols; c++) yr[c] /= s;
+    }
+}
+"""
+C_NO_MAX = C_KERNEL.replace("expf(xr[c] - m)", "expf(xr[c])")
+C_DROPS_LAST_ROW_WHEN_BIG = C_KERNEL.replace(
+    "for (int r = 0; r < rows; r++) {", "for (int r = 0; r < rows - (cols > 500); r++) {"
+)
+
+TESTS = """\
+import numpy as np
+import pytest
+from pytest_kope import assert_close
+
+pytestmark = pytest.mark.kope("softmax", source="{source}")
+
+
+def reference(x):
+    e = np.exp(x.astype(np.float64) - x.max(axis=1, keepdims=True))
+    return (e / e.sum(axis=1, keepdims=True)).astype(np.float32)
+
+
+@pytest.mark.parametrize("rows,cols", [(2, 7), (3, 64)])
+def test_fresh(kernel, rng, rows, cols):
+    x = (rng.standard_normal((rows, cols)) * 3).astype(np.float32)
+    y = {empty}
+    kernel.softmax({args})
+    assert_close({out}, reference(x), rtol=1e-4)
+
+
+def test_fixed_inputs(kernel):
+    x = np.random.default_rng(0).standard_normal((4, 600)).astype(np.float32)
+    y = {empty}
+    kernel.softmax({args})
+    assert_close({out}, reference(x), rtol=1e-4)
+"""
+IDS = [
+    "test_softmax.py::test_fresh[2-7]",
+    "test_softmax.py::test_fresh[3-64]",
+    "test_softmax.py::test_fixed_inputs",
+]
+
+
+def _repo(tmp_path: Path, source: str, text: str, tests: str) -> Plan:
+    (tmp_path / source).write_text(text)
+    (tmp_path / "test_softmax.py").write_text(tests)
+    (tmp_path / "pytest.ini").write_text("[pytest]\nfilterwarnings = error\n")
+    toolchain = "c" if source.endswith(".c") else "triton"
+    op = Operator("softmax", tmp_path / source, toolchain, "rowwise")
+    env = {"TRITON_INTERPRET": "1"} if toolchain == "triton" else {"OMP_WAIT_POLICY": "passive"}
+    return Plan(
+        op,
+        tmp_path,
+        tmp_path / "pytest.ini",
+        [tmp_path / "test_softmax.py"],
+        IDS,
+        [],
+        env,
+        sandbox.Limits(wall_s=120),
+        seeds=2,
+        jobs=2,
+    )
+
+
+def _c_plan(tmp_path: Path) -> Plan:
+    tests = TESTS.format(source="softmax.c", empty="np.empty_like(x)", args="x, y, *x.shape", out="y")
+    return _repo(tmp_path, "softmax.c", C_KERNEL, tests)
+
+
+def _candidate(plan: Plan, text: str) -> Candidate:
+    return Candidate(text, plan.operator.source.name, plan.operator.toolchain, idea="test", agent="replay")
+
+
+def test_honest_candidate_passes_and_wrong_ones_are_named(tmp_path):
+    plan = _c_plan(tmp_path)
+    judge = Judge(plan, lambda c: [])
+    try:
+        base = judge.baseline(plan.operator.baseline())
+        assert base.outcome == Outcome.OK, base.failures
+        assert judge.recorded is not None and not (judge.recorded / "expected").exists()
+        honest, no_max, tail = judge.correctness(
+            [
+                _candidate(plan, C_KERNEL + "\n"),
+                _candidate(plan, C_NO_MAX),
+                _candidate(plan, C_DROPS_LAST_ROW_WHEN_BIG),
+            ]
+        )
+    finally:
+        judge.close()
+    assert honest.outcome == Outcome.OK, honest.failures
+    assert no_max.outcome == Outcome.INCORRECT
+    assert "scaled x1000" in no_max.failures[0] and "non-finite" in no_max.failures[0], no_max.failures
+    # wrong only on the fixed-input test's shape: the tests catch it first, in the child
+    assert tail.outcome == Outcome.INCORRECT, tail.failures
+
+
+def test_counts_what_each_test_really_ran(tmp_path):
+    """A test that makes its own inputs runs once per child whatever the seeds; it counts once."""
+    plan = _c_plan(tmp_path)
+    plan.seeds = 3
+    judge = Judge(plan, lambda c: [])
+    try:
+        base = judge.baseline(plan.operator.baseline())
+    finally:
+        judge.close()
+    assert base.outcome == Outcome.OK, base.failures
+    assert sorted(base.tests_passed) == sorted(IDS)
+
+
+TRITON_KERNEL = """\
+# kope: kernel softmax(x: in, y: out, rows, cols)
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _row(x_ptr, y_ptr, cols, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    offs = tl.arange(0, BLOCK)
+    mask = offs < cols
+    x = tl.load(x_ptr + row * cols + offs, mask=mask, other=-float("inf"))
+    e = tl.exp(x - tl.max(x, 0))
+    tl.store(y_ptr + row * cols + offs, e / tl.sum(e, 0), mask=mask)
+
+
+def softmax(x, y, rows, cols):
+    _row[(rows,)](x, y, cols, BLOCK=triton.next_power_of_2(cols))
+"""
+TRITON_NO_MAX = TRITON_KERNEL.replace("tl.exp(x - tl.max(x, 0))", "tl.exp(x)")
+
+needs_triton = pytest.mark.skipif(
+    importlib.util.find_spec("triton") is None or importlib.util.find_spec("torch") is None,
+    reason="needs triton and torch (pip install 'pytest-kope[triton]')",
+)
+
+
+@needs_triton
+def test_python_candidate_is_judged_by_its_outputs_outside_its_process(tmp_path):
+    tests = TESTS.format(
+        source="softmax.py",
+        empty="np.empty_like(x)",
+        args="*_t(x, y), *x.shape",
+        out="y",
+    ).replace(
+        "from pytest_kope import assert_close\n",
+        "from pytest_kope import assert_close\nimport torch\n\n\ndef _t(x, y):\n"
+        "    tx, ty = torch.from_numpy(x), torch.from_numpy(y)\n"
+        "    return tx, ty\n",
+    )
+    plan = _repo(tmp_path, "softmax.py", TRITON_KERNEL, tests)
+    plan.seeds = 1
+    judge = Judge(plan, lambda c: screening.screen_python_source(c.source, c.filename))
+    try:
+        base = judge.baseline(plan.operator.baseline())
+        assert base.outcome == Outcome.OK, base.failures
+        (wrong,) = judge.correctness([_candidate(plan, TRITON_NO_MAX)])
+    finally:
+        judge.close()
+    assert wrong.outcome == Outcome.INCORRECT
+    # exp overflows to inf, inf/inf is NaN: the torch guard reads NaN as an unwritten element
+    assert "differential check" in wrong.failures[0], wrong.failures
+    assert "scaled x1000" in wrong.failures[0] and "unwritten" in wrong.failures[0], wrong.failures
+
+
+@pytest.mark.parametrize(
+    "patch",
+    [
+        "import typing\ntyping.sys.modules['pytest_kope'].assert_close = lambda *a, **k: None\n",
+        "import torch\ntorch.testing.assert_close = lambda *a, **k: None\n",
+        "import numpy\nnumpy.testing.assert_allclose = lambda *a, **k: None\n",
+        "import torch\ntorch.allclose = lambda *a, **k: True\n",
+        "import torch\ntorch.sys.modules['pytest_kope.judge.guards'].GUARDS.clear()\n",
+        "import triton\ntriton.__builtins__['__import__']('time').perf_counter = lambda: 0.0\n",
+        "import numpy as np\nnp.os.environ.clear()\n",
+    ],
+    ids=["assert_close", "torch.testing", "numpy.testing", "torch.allclose", "guard", "timer", "np.os"],
+)
+def test_python_candidates_cannot_patch_the_oracle(patch):
+    """Refused before anything runs; were one to pass the screen, the differential check above decides."""
+    reasons = screening.screen_python_source(patch + TRITON_NO_MAX, "softmax.py")
+    assert reasons, patch
