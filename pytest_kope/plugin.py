@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from .operator import MARKER, is_performance_test, operator_of
+from .operator import MARKER, base_nodeid, is_performance_test, operator_of
 from .settings import BENCH, BUILT, SEED, bench_session
 
 if TYPE_CHECKING:
@@ -95,6 +95,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     _option(g, parser, "kope-jobs", "parallel correctness workers (default: number of cores)", type=int)
     parser.addini(
+        "kope_include",
+        type="linelist",
+        default=[],
+        help="include directories (relative to the ini file) for every operator's kernel build, read-only",
+    )
+    parser.addini(
         "kope_plugins",
         type="linelist",
         default=[],
@@ -170,7 +176,7 @@ def rng(request: pytest.FixtureRequest, kope_seed: int):
     """A numpy Generator, fresh every run (the seed is in the header), distinct for every test."""
     import numpy as np
 
-    return np.random.default_rng([kope_seed, zlib.crc32(request.node.nodeid.encode())])
+    return np.random.default_rng([kope_seed, zlib.crc32(base_nodeid(request.node.nodeid).encode())])
 
 
 @pytest.fixture

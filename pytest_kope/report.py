@@ -172,7 +172,11 @@ def commit_message(
         for j in _lineage(winner, [baseline, *history])
     )
     params = " ".join(f"{k}={v}" for k, v in sorted(winner.candidate.params.items()))
-    tests = "\n".join(f"- {t}" for t in winner.tests_passed) or "- (none recorded)"
+    fixed = set(winner.fixed_inputs)
+    tests = (
+        "\n".join(f"- {t}" + (" (its own fixed inputs)" if t in fixed else "") for t in winner.tests_passed)
+        or "- (none recorded)"
+    )
     return "\n".join(
         [
             f"kope({op.name}): {speedup:.2f}x faster on {hardware}",
@@ -183,8 +187,12 @@ def commit_message(
             "",
             tabulate(rows, headers=["test", "baseline", "winner", "ratio"], tablefmt="github"),
             "",
-            f"Correctness tests passed in a fresh process with fresh random inputs ({len(winner.tests_passed)}):",
+            f"Correctness tests passed in a fresh process ({len(winner.tests_passed)}), with fresh random "
+            "inputs unless marked:",
             tests,
+            "",
+            "Differential check: the winner matched the committed kernel on the tests' calls, scaled x1000,",
+            "x0.001 and offset, and repeated with more threads than cores.",
             "",
             f"Parameters: {params or '(none)'}",
             f"Lineage: {lineage}",

@@ -28,7 +28,7 @@ from .judge.outcome import Judged, Outcome
 from .judge.runner import Judge, Plan
 from .judge.stats import PairedRatio
 from .operator import Operator, is_performance_test, operator_of
-from .paths import ensure_kope_dir, kope_dir
+from .paths import ensure_kope_dir, kope_home
 from .settings import SEED
 from .spec import parse_spec
 
@@ -134,12 +134,21 @@ class KopeSession:
         from .memory.graph import Graph
         from .vcs import Vcs
 
-        base = kope_dir(self.config)
+        home, warning = kope_home(
+            Path(str(self.config.rootpath)), [r.op.source for r in self.operators.values()]
+        )
+        self.home = home
+        if warning:
+            self.say(f"kope: {warning}", red=True)
+        base = self.kope_base = ensure_kope_dir(home / ".kope")
         db = _setting(self.config, "kope_db", None)
         self.graph = Graph(Path(db) if db else base / "experience.db")
         self.run_dir = ensure_kope_dir(base) / "runs" / self.run_id
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.vcs = None if self.no_commit else Vcs.find(Path(str(self.config.rootpath)))
+        self.vcs = None if self.no_commit else Vcs.find(home)
+        self.no_commit_why = (
+            "--kope-no-commit" if self.no_commit else "" if self.vcs else f"no git repository at {home}"
+        )
         if self.vcs is not None:
             for path in self.vcs.prune_stale_worktrees():
                 self.say(f"kope: removed a worktree a killed run left behind: {path}")
@@ -184,15 +193,15 @@ class KopeSession:
         if not available.ok:
             raise KopeError(f"toolchain {tc.name} is unavailable here: {available.reason}")
         files = sorted({Path(str(i.path)) for i in run.items})
-        correctness = [i.nodeid for i in run.items if not is_performance_test(i)]
-        performance = [i.nodeid for i in run.items if is_performance_test(i)]
+        correctness = [self._nodeid(i) for i in run.items if not is_performance_test(i)]
+        performance = [self._nodeid(i) for i in run.items if is_performance_test(i)]
         if not correctness:
             raise KopeError(
                 f"operator {op.name} has no correctness tests selected; nothing would judge a candidate"
             )
         plan = Plan(
             op,
-            Path(str(self.config.rootpath)),
+            self.home,
             Path(str(self.config.inipath)) if self.config.inipath else None,
             files,
             correctness,
@@ -219,13 +228,18 @@ class KopeSession:
         )  # measured again once a run: ceilings only rise
         self._ceilings_measured = True
         try:
-            found = ceilings_for(
-                self.graph, tc.fingerprint(), kope_dir(self.config) / "builds", refresh=fresh
-            )
+            found = ceilings_for(self.graph, tc.fingerprint(), self.kope_base / "builds", refresh=fresh)
             return found.to_json()
         except PhysicsProbeFailed as e:
             self.say(f"kope: no physical bound on timings: {e}", red=True)
             return None
+
+    def _nodeid(self, item: pytest.Item) -> str:
+        """The item's id as a judging child rooted at the run's home sees it (pytest's when they agree)."""
+        if self.home == Path(str(self.config.rootpath)).resolve():
+            return item.nodeid
+        path = Path(str(item.path)).resolve().relative_to(self.home).as_posix()
+        return f"{path}::{item.nodeid.split('::', 1)[1]}" if "::" in item.nodeid else path
 
     def _devices(self, tc: Any) -> tuple[int, ...]:
         """--kope-devices 0,1 (or ini kope_devices), else every device the toolchain counts (none on a CPU)."""
@@ -257,6 +271,12 @@ class KopeSession:
                 f"({baseline.outcome.value}): {(baseline.failures or ['?'])[0][:500]}"
             )
         baseline.speedup = 1.0
+        if baseline.fixed_inputs and len(baseline.fixed_inputs) == len(baseline.tests_passed):
+            self.say(
+                f"kope {op.name}: correctness rests on fixed inputs: no test takes the `rng` fixture, so every "
+                "candidate sees the inputs the tests make themselves; consider the `rng` fixture",
+                red=True,
+            )
         if can_time:
             judge.performance(baseline, baseline.candidate)
         else:
@@ -278,7 +298,15 @@ class KopeSession:
             {str(f): f.read_text() for f in plan.files},
         )
 
+        flaky: list[str] = [n for n in baseline.notes if n.startswith("flaky test:")]
+        for note in flaky:
+            self.say(f"kope {op.name}: {note}", red=True)
+
         def remember(j: Judged) -> None:  # at once, so a killed run resumes from every finished verdict
+            for note in j.notes:
+                if note.startswith("flaky test:") and note not in flaky:
+                    flaky.append(note)
+                    self.say(f"kope {op.name}: {note}", red=True)
             self.graph.record(task, self.run_id, j)
             self.config.hook.pytest_kope_candidate_judged(operator=op.name, result=j, config=self.config)
 
@@ -346,7 +374,7 @@ class KopeSession:
             )
 
         try:
-            return self._conclude(
+            summary = self._conclude(
                 op,
                 judge,
                 plan,
@@ -359,6 +387,9 @@ class KopeSession:
                 hw,
                 task,
             )
+            summary["flaky_tests"] = flaky  # the tests to fix, with the seeds that show it
+            summary["fixed_input_tests"] = baseline.fixed_inputs  # tests that make their own inputs
+            return summary
         finally:
             judge.close()
 
@@ -475,6 +506,8 @@ class KopeSession:
                 if self.vcs is not None:
                     branch, commit, why = self._commit(op, verified, baseline, history, hw)
                     note = why
+                else:
+                    note = f"verified, not committed: {self.no_commit_why}"
         best = verified or incumbent
         summary = report.operator_summary(
             op,

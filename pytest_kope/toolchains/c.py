@@ -113,16 +113,27 @@ class CToolchain:
         return reasons
 
     def build(self, candidate: Candidate, spec: KernelSpec, build_dir: Path) -> Kernel:
-        lib_path, log = self._compile(candidate, Path(build_dir))
+        lib_path, log = self._compile(candidate, Path(build_dir), spec)
         return self._load(candidate, spec, lib_path, log)
 
-    def command(self, candidate: Candidate, src: Path, out: Path) -> list[str]:
-        """The compiler command line for a candidate (public so reports and tests can show it)."""
+    def command(
+        self, candidate: Candidate, src: Path, out: Path, spec: KernelSpec | None = None
+    ) -> list[str]:
+        """The compiler command line for a candidate (public so reports and tests can show it).
+
+        The operator's include directories (its source's own folder first, so `#include "common.h"`
+        beside it works) and companion sources come from the marker, never from the candidate.
+        """
         suffix = Path(candidate.filename).suffix
         cc = self.cc if suffix == ".c" else self.cxx
         flags = shlex.split(str(candidate.params.get(FLAGS, "-O2")))
         defines = [f"-D{k}={v}" for k, v in sorted(candidate.params.items()) if k != FLAGS]
-        return [cc, *BASE_FLAGS, *_C_STD.get(suffix, []), *flags, *defines, str(src), "-o", str(out), "-lm"]
+        includes = [f"-I{d}" for d in spec.include_dirs] if spec else []
+        companions = list(spec.companions) if spec else []
+        return [
+            cc, *BASE_FLAGS, *_C_STD.get(suffix, []), *flags, *defines, *includes,
+            str(src), *companions, "-o", str(out), "-lm",
+        ]  # fmt: skip
 
     def timer(self) -> Timer:
         return Timer()
@@ -131,13 +142,17 @@ class CToolchain:
         # OpenMP workers that spin make timings swing several-fold on a loaded small machine.
         return {"OMP_WAIT_POLICY": "passive"}
 
-    def _compile(self, candidate: Candidate, build_dir: Path) -> tuple[Path, str]:
-        probe = self.command(candidate, Path("src"), Path("out"))
+    def _compile(
+        self, candidate: Candidate, build_dir: Path, spec: KernelSpec | None = None
+    ) -> tuple[Path, str]:
+        probe = self.command(candidate, Path("src"), Path("out"), spec)
         screened = os.environ.get(BINARY_SCREEN_ENV, "1") != "0"
         # a library screened under other rules (a wider allow-list, or none) is not reused under these
         rules = ["screened" if screened else "unscreened", *sorted(self.allow_symbols)]
         key = hashlib.sha256(
-            "\0".join([candidate.source, *probe, compiler_version(probe[0]), *rules]).encode()
+            "\0".join(
+                [candidate.source, *probe, compiler_version(probe[0]), *rules, _context_digest(spec)]
+            ).encode()
         ).hexdigest()[:20]
         target = build_dir / key
         lib = target / "kernel.so"
@@ -149,7 +164,7 @@ class CToolchain:
         tmp.mkdir()
         src = tmp / Path(candidate.filename).name
         src.write_text(candidate.source)
-        cmd = self.command(candidate, src, tmp / "kernel.so")
+        cmd = self.command(candidate, src, tmp / "kernel.so", spec)
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp)
         except subprocess.TimeoutExpired:
@@ -240,3 +255,23 @@ def _numpy_caller(ffi: Any, fn: Any, name: str, args: tuple[Arg, ...], dtypes: l
 
 
 _strip_comments = strip_c_comments  # the old private name, kept for imports
+
+
+HEADER_SUFFIXES = (".h", ".hh", ".hpp", ".hxx", ".inc", ".inl", ".cuh")
+
+
+def _context_digest(spec: KernelSpec | None, limit: int = 4 << 20) -> str:
+    """A digest of the headers and companion sources a build reads, so a changed header rebuilds."""
+    if spec is None:
+        return ""
+    files = [Path(c) for c in spec.companions]
+    for i, d in enumerate(spec.include_dirs):
+        # the source's own folder (first) also holds tests and data: only its headers count
+        found = Path(d).glob("*") if i == 0 else Path(d).rglob("*")
+        files += sorted(p for p in found if p.is_file() and (i > 0 or p.suffix in HEADER_SUFFIXES))
+    h, seen = hashlib.sha256(), 0
+    for f in files:
+        data = f.read_bytes()[: max(0, limit - seen)]
+        seen += len(data)
+        h.update(str(f).encode() + b"\0" + data)
+    return h.hexdigest()
