@@ -26,6 +26,7 @@ class Operator:
     rtol: float | None = None  # norm-wise tolerance of candidate against committed kernel (marker `rtol=`)
     includes: tuple[Path, ...] = ()  # read-only include directories inside the repo (marker `include=`)
     companions: tuple[Path, ...] = ()  # the operator's other sources, built with the candidate's
+    build: tuple[str, Path, str] | None = None  # the repo's own build: (command, root, library)
 
     @property
     def text(self) -> str:
@@ -43,6 +44,16 @@ class Operator:
             spec,
             include_dirs=tuple(str(p) for p in (self.source.parent, *self.includes)),
             companions=tuple(str(p) for p in self.companions),
+            build=(
+                (
+                    self.build[0],
+                    str(self.build[1]),
+                    str(self.source.relative_to(self.build[1])),
+                    self.build[2],
+                )
+                if self.build
+                else None
+            ),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -54,6 +65,7 @@ class Operator:
             "rtol": self.rtol,
             "includes": [str(p) for p in self.includes],
             "companions": [str(p) for p in self.companions],
+            "build": [self.build[0], str(self.build[1]), self.build[2]] if self.build else None,
         }
 
     @classmethod
@@ -66,6 +78,7 @@ class Operator:
             data.get("rtol"),
             tuple(Path(p) for p in data.get("includes", ())),
             tuple(Path(p) for p in data.get("companions", ())),
+            (data["build"][0], Path(data["build"][1]), data["build"][2]) if data.get("build") else None,
         )
 
     def baseline(self) -> Candidate:
@@ -133,7 +146,29 @@ def operator_of(item: pytest.Item) -> Operator | None:
             f"{item.nodeid}: pytest.mark.kope(rtol=...) takes a number in (0, 1), got {rtol!r}"
         )
     includes = _include_dirs(item, where, mark.kwargs.get("include"))
-    return Operator(name, path, toolchain, mark.kwargs.get("family", name), rtol, includes, tuple(files[1:]))
+    build = _own_build(item, where, path, mark.kwargs)
+    family = mark.kwargs.get("family", name)
+    return Operator(name, path, toolchain, family, rtol, includes, tuple(files[1:]), build)
+
+
+def _own_build(
+    item: pytest.Item, where: Path, source: Path, kwargs: dict[str, Any]
+) -> tuple[str, Path, str] | None:
+    """`build="cmake ...", library="build/libop.so", root="."`: the repo builds the kernel itself."""
+    command, library = kwargs.get("build"), kwargs.get("library")
+    if command is None and library is None:
+        return None
+    if not (isinstance(command, str) and isinstance(library, str)):
+        raise pytest.UsageError(
+            f'{item.nodeid}: pytest.mark.kope(build=...) needs both build="<shell command>" and '
+            'library="<built shared library, relative to root>"'
+        )
+    root = (where / kwargs.get("root", ".")).resolve()
+    if not source.is_relative_to(root):
+        raise pytest.UsageError(
+            f"{item.nodeid}: the kernel source {source} is not under the build root {root}; fix root="
+        )
+    return command, root, library
 
 
 def _include_dirs(item: pytest.Item, where: Path, given: Any) -> tuple[Path, ...]:

@@ -45,6 +45,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         dest="kope_optimize",
         help="optimize the kernels of the selected operators instead of only testing them",
     )
+    g.addoption(
+        "--kope-check",
+        action="store_true",
+        dest="kope_check",
+        help="check the repo's kope operators without optimizing: toolchains, tests, fresh inputs, "
+        "whether each committed kernel passes in a judging child, the isolation available",
+    )
     _option(g, parser, "kope-budget", "evaluations per operator (default 24)", type=int)
     _option(
         g,
@@ -132,7 +139,8 @@ def pytest_configure(config: pytest.Config) -> None:
     seed = config.getoption("kope_seed")
     config.stash[SEED] = seed if seed is not None else random.SystemRandom().randrange(1 << 31)
     config.stash[BUILT] = {}
-    if config.getoption("kope_optimize") and not hasattr(config, "workerinput"):
+    wanted = config.getoption("kope_optimize") or config.getoption("kope_check")
+    if wanted and not hasattr(config, "workerinput"):
         from .workflow import KopeSession
 
         config.pluginmanager.register(KopeSession(config), "kope-session")

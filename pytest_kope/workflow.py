@@ -75,6 +75,7 @@ class KopeSession:
         self.jobs = int(_setting(config, "kope_jobs", len(os.sched_getaffinity(0))))
         self.prefix = str(_setting(config, "kope_branch_prefix", "kope/"))
         self.no_commit = bool(config.getoption("kope_no_commit"))
+        self.check_only = bool(config.getoption("kope_check"))
         if self.budget < 1:
             raise pytest.UsageError(f"--kope-budget must be at least 1, got {self.budget}")
         self.operators: OrderedDict[str, OperatorRun] = OrderedDict()
@@ -114,6 +115,12 @@ class KopeSession:
             return False
         self.tw = session.config.pluginmanager.get_plugin("terminalreporter")
         self._start(session)
+        if self.check_only:
+            from .doctor import check
+
+            session.testsfailed = check(self)
+            self.graph.close()
+            return True
         failed = 0
         for run in self.operators.values():
             try:

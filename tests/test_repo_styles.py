@@ -5,6 +5,8 @@ One repo per style, each a real git repo in a tmp dir, judged by real gcc in rea
   (`include=`), a second source built with it (`source=[...]`), a test class, a module-scoped
   parametrized fixture, fixed seeds (`np.random.default_rng(0)`, `np.random.seed`),
   `numpy.testing.assert_allclose`, `pytest.approx`, an in-place kernel and `filterwarnings = error`;
+- `cmakeops`: a kernel built by the repo's own CMake project (`build=`, `library=`, `root=`), with
+  `src/`, `include/` and `tests/` apart;
 - the same repo run with pytest's rootdir elsewhere (as a `--kope-db PATH` typed as two words once
   made it): the run finds the repo from the operator's source.
 """
@@ -12,10 +14,12 @@ One repo per style, each a real git repo in a tmp dir, judged by real gcc in rea
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from op_repos import git
 
 COMMON_H = """\
@@ -167,3 +171,121 @@ def test_a_rootdir_away_from_the_operators_does_not_move_the_run(tmp_path):
     assert not (stray / ".kope").exists()
     (op,) = _report(repo)["operators"]
     assert op["verified"] and op["branch"] == "kope/saxpy", op
+
+
+def test_doctor_reports_what_it_sees_before_any_optimizing(tmp_path):
+    repo = make_team_repo(tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest_kope.cli", "doctor", "-p", "no:cacheprovider"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-3000:]
+    (row,) = [line for line in out.splitlines() if line.startswith("saxpy ")]
+    assert row.split()[:4] == ["saxpy", "c", "saxpy.c,", "util.c"], row
+    assert "kernels/include" in row and "0 of 4" in row and row.rstrip().endswith("passes"), row
+    assert "1 operator(s), 1 ready to optimize" in out
+    assert not list((repo / ".kope" / "runs").glob("*/report.json"))  # checked, not optimized
+    assert git(repo, "branch", "--list", "kope/*") == ""
+
+
+def test_doctor_names_a_committed_kernel_that_fails(tmp_path):
+    repo = make_team_repo(tmp_path)
+    (repo / "kernels" / "saxpy.c").write_text(SAXPY_C.replace("kope_axpy_one(a, x[i], y[i])", "0.0f"))
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "--kope-check", "-p", "no:cacheprovider"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    out = done.stdout + done.stderr
+    assert done.returncode == 1, out[-3000:]
+    assert "incorrect: tests/test_saxpy.py::" in out and "0 ready to optimize, 1 not" in out
+
+
+CMAKELISTS = """\
+cmake_minimum_required(VERSION 3.16)
+project(ops C)
+add_library(relu SHARED src/relu.c)
+target_include_directories(relu PRIVATE include)
+target_link_libraries(relu m)
+"""
+
+RELU_C = """\
+// kope: kernel void relu(const float *x, float *y, long n)
+// kope: param UNROLL = 1 | 8
+// kope: flags -O0 | -O2 -march=native
+#include "relu_config.h"
+
+void relu(const float *x, float *y, long n) {
+    long i = 0;
+#if UNROLL > 1
+    for (; i + UNROLL <= n; i += UNROLL)
+        for (int u = 0; u < UNROLL; u++) y[i + u] = x[i + u] > RELU_FLOOR ? x[i + u] : RELU_FLOOR;
+#endif
+    for (; i < n; i++) y[i] = x[i] > RELU_FLOOR ? x[i] : RELU_FLOOR;
+}
+"""
+
+RELU_TESTS = """\
+import numpy as np
+import pytest
+from pytest_kope import assert_close
+
+pytestmark = pytest.mark.kope(
+    "relu",
+    source="../src/relu.c",
+    root="..",
+    build="cmake -S . -B build -DCMAKE_C_FLAGS={cflags} >/dev/null && cmake --build build >/dev/null",
+    library="build/librelu.so",
+)
+
+
+@pytest.mark.parametrize("n", [1, 9, 1000])
+def test_relu(kernel, rng, n):
+    x = rng.standard_normal(n).astype(np.float32)
+    y = np.empty_like(x)
+    kernel.relu(x, y, n)
+    assert_close(y, np.maximum(x, 0), rtol=0)
+
+
+def test_relu_speed(kernel, rng, kope_bench):
+    x = rng.standard_normal(1 << 21).astype(np.float32)
+    kope_bench(kernel.relu, x, np.empty_like(x), x.size)
+"""
+
+
+def make_cmake_repo(root: Path) -> Path:
+    repo = root / "cmakeops"
+    for d in ("src", "include", "tests"):
+        (repo / d).mkdir(parents=True)
+    (repo / "CMakeLists.txt").write_text(CMAKELISTS)
+    (repo / "include" / "relu_config.h").write_text("#define RELU_FLOOR 0.0f\n")
+    (repo / "src" / "relu.c").write_text(RELU_C)
+    (repo / "tests" / "test_relu.py").write_text(RELU_TESTS)
+    (repo / "pytest.ini").write_text("[pytest]\nfilterwarnings = error\n")
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "relu")
+    return repo
+
+
+needs_cmake = pytest.mark.skipif(shutil.which("cmake") is None, reason="cmake not installed")
+
+
+@needs_cmake
+def test_cmake_built_kernel_runs_plain_and_gets_a_verified_winner(tmp_path):
+    repo = make_cmake_repo(tmp_path)
+    plain = _pytest(repo, "-q")
+    assert plain.returncode == 0 and "4 passed" in plain.stdout, plain.stdout[-3000:] + plain.stderr[-2000:]
+    done = _pytest(repo, "--kope-optimize", "--kope-agent", "tuner", "--kope-budget", "3")
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-4000:]
+    (op,) = _report(repo)["operators"]
+    assert op["verified"] and op["branch"] == "kope/relu", (op["note"], op["outcomes"], op["candidates"][:2])
+    assert git(repo, "diff", "--name-only", "main", "kope/relu").split() == ["src/relu.c"]
+    assert not (repo / "build").exists()  # built in copies, never in the user's tree

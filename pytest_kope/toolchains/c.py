@@ -13,7 +13,7 @@ import re
 import shlex
 import shutil
 import subprocess
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -113,8 +113,16 @@ class CToolchain:
         return reasons
 
     def build(self, candidate: Candidate, spec: KernelSpec, build_dir: Path) -> Kernel:
-        lib_path, log = self._compile(candidate, Path(build_dir), spec)
+        if spec.build is not None:
+            lib_path, log = own_build(candidate, spec, Path(build_dir), self._screen_library)
+        else:
+            lib_path, log = self._compile(candidate, Path(build_dir), spec)
         return self._load(candidate, spec, lib_path, log)
+
+    def _screen_library(self, lib: Path) -> list[str]:
+        if os.environ.get(BINARY_SCREEN_ENV, "1") == "0":
+            return []
+        return screen_library(lib, self.allow_symbols)
 
     def command(
         self, candidate: Candidate, src: Path, out: Path, spec: KernelSpec | None = None
@@ -255,6 +263,67 @@ def _numpy_caller(ffi: Any, fn: Any, name: str, args: tuple[Arg, ...], dtypes: l
 
 
 _strip_comments = strip_c_comments  # the old private name, kept for imports
+
+
+def own_build(
+    candidate: Candidate, spec: KernelSpec, build_dir: Path, screen: Callable[[Path], list[str]]
+) -> tuple[Path, str]:
+    """Build with the repo's own command (CMake, make, setup.py) in a copy of its build root, with the
+    candidate's source in place of the committed one; cached by content like a gcc build.
+
+    The command comes from the repo's marker, never from a candidate. The candidate's flags and
+    defines reach it as `{cflags}` in the command and as CFLAGS/CXXFLAGS in its environment.
+    """
+    command, root, target, library = spec.build or ("", "", "", "")
+    flags = shlex.split(str(candidate.params.get(FLAGS, "-O2")))
+    cflags = " ".join([*flags, *(f"-D{k}={v}" for k, v in sorted(candidate.params.items()) if k != FLAGS)])
+    tree_files = sorted(
+        p for p in Path(root).rglob("*") if p.is_file() and not (set(p.relative_to(root).parts) & _NOT_COPIED)
+    )
+    digest = hashlib.sha256("\0".join([candidate.source, command, cflags, library, target]).encode())
+    for f in tree_files[:2000]:
+        digest.update(str(f.relative_to(root)).encode() + b"\0" + f.read_bytes()[: 1 << 20])
+    key = "own-" + digest.hexdigest()[:20]
+    done = build_dir / key
+    if (done / "kernel.so").exists():
+        return done / "kernel.so", (done / "build.log").read_text()
+    tmp = build_dir / f".{key}.{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tree = tmp / "tree"
+    shutil.copytree(root, tree, ignore=shutil.ignore_patterns(*_NOT_COPIED))
+    (tree / target).write_text(candidate.source)
+    env = {**os.environ, "CFLAGS": cflags, "CXXFLAGS": cflags, "KOPE_CFLAGS": cflags}
+    run = command.replace("{cflags}", shlex.quote(cflags))
+    try:
+        proc = subprocess.run(
+            ["sh", "-c", run], cwd=tree, env=env, capture_output=True, text=True, timeout=600
+        )
+    except subprocess.TimeoutExpired:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise BuildError(
+            candidate.filename, f"the repo's build command timed out after 600 s: {run}"
+        ) from None
+    log = (proc.stdout + proc.stderr).replace(str(tree) + "/", "")
+    built = tree / library
+    if proc.returncode != 0 or not built.is_file():
+        shutil.rmtree(tmp, ignore_errors=True)
+        why = "" if proc.returncode else f"\nit exited 0 but made no {library}; fix library= in the marker"
+        raise BuildError(candidate.filename, f"$ {run}\n{log[-6000:]}{why}")
+    shutil.copy(built, tmp / "kernel.so")
+    (tmp / "build.log").write_text(log)
+    shutil.rmtree(tree, ignore_errors=True)
+    reasons = screen(tmp / "kernel.so")
+    if reasons:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise LibraryRejected(candidate.filename, "screening: " + "; ".join(reasons))
+    try:
+        tmp.rename(done)
+    except OSError:  # another process built the same key first: use theirs
+        shutil.rmtree(tmp, ignore_errors=True)
+    return done / "kernel.so", log
+
+
+_NOT_COPIED = {".git", ".kope", "__pycache__", ".pytest_cache", "build"}
 
 
 HEADER_SUFFIXES = (".h", ".hh", ".hpp", ".hxx", ".inc", ".inl", ".cuh")
