@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .graph import CORRECT
+from .rows import CORRECT
 from .scope import (
     hardware_key,
     hardware_label,
