@@ -195,13 +195,7 @@ def test_doctor_reports_what_it_sees_before_any_optimizing(tmp_path):
 def test_doctor_names_a_committed_kernel_that_fails(tmp_path):
     repo = make_team_repo(tmp_path)
     (repo / "kernels" / "saxpy.c").write_text(SAXPY_C.replace("kope_axpy_one(a, x[i], y[i])", "0.0f"))
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "--kope-check", "-p", "no:cacheprovider"],
-        cwd=repo,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = _pytest(repo, "--kope-check")
     out = done.stdout + done.stderr
     assert done.returncode == 1, out[-3000:]
     assert "incorrect: tests/test_saxpy.py::" in out and "0 ready to optimize, 1 not" in out

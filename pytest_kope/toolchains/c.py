@@ -182,15 +182,7 @@ class CToolchain:
             shutil.rmtree(tmp, ignore_errors=True)
             raise BuildError(candidate.filename, f"$ {shlex.join(cmd).replace(str(tmp) + '/', '')}\n{log}")
         (tmp / "build.log").write_text(log)
-        if screened:
-            reasons = screen_library(tmp / "kernel.so", self.allow_symbols)
-            if reasons:
-                shutil.rmtree(tmp, ignore_errors=True)
-                raise LibraryRejected(candidate.filename, "screening: " + "; ".join(reasons))
-        try:
-            tmp.rename(target)
-        except OSError:  # another process built the same key first: use theirs
-            shutil.rmtree(tmp, ignore_errors=True)
+        keep_screened(tmp, target, self._screen_library, candidate.filename)
         return lib, log
 
     def _load(self, candidate: Candidate, spec: KernelSpec, lib_path: Path, log: str) -> Kernel:
@@ -312,15 +304,20 @@ def own_build(
     shutil.copy(built, tmp / "kernel.so")
     (tmp / "build.log").write_text(log)
     shutil.rmtree(tree, ignore_errors=True)
+    keep_screened(tmp, done, screen, candidate.filename)
+    return done / "kernel.so", log
+
+
+def keep_screened(tmp: Path, target: Path, screen: Callable[[Path], list[str]], filename: str) -> None:
+    """Move a fresh build into the cache once its library passes the screen; refuse it otherwise."""
     reasons = screen(tmp / "kernel.so")
     if reasons:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise LibraryRejected(candidate.filename, "screening: " + "; ".join(reasons))
+        raise LibraryRejected(filename, "screening: " + "; ".join(reasons))
     try:
-        tmp.rename(done)
+        tmp.rename(target)
     except OSError:  # another process built the same key first: use theirs
         shutil.rmtree(tmp, ignore_errors=True)
-    return done / "kernel.so", log
 
 
 _NOT_COPIED = {".git", ".kope", "__pycache__", ".pytest_cache", "build"}
