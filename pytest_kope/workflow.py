@@ -214,7 +214,7 @@ class KopeSession:
             correctness,
             performance,
             dict(tc.environment()),
-            sandbox.Limits(wall_s=self.timeout),
+            sandbox.Limits(wall_s=self.timeout, device=bool(getattr(tc, "count_devices", lambda: 0)())),
             self.seeds,
             self.jobs,
             self.run_dir / op.name,
