@@ -32,6 +32,7 @@ class Committed:
     branch: str
     sha: str
     parent: str  # the commit it was made on: the branch's old tip, or the run's base
+    moved_aside: str = ""  # why it went to <branch>-<run-id> after all (the branch moved meanwhile)
 
 
 @dataclass(frozen=True)
@@ -147,12 +148,14 @@ class Vcs:
                 found[key] = value.strip()
         return found
 
-    def latest_kope_commit(self, tip: str, limit: int = 200) -> dict[str, str]:
-        """The trailers of the newest kope commit reachable from `tip` (reviewers' commits skipped)."""
-        for sha in self.repo.git.rev_list(f"--max-count={limit}", tip).split():
+    def latest_kope_commit(self, tip: str) -> dict[str, str]:
+        """The trailers of the newest kope commit on `tip` that the run's base does not hold
+        (reviewers' commits skipped); {} when there is none."""
+        for sha in self.repo.git.rev_list(tip, f"^{self.base}").split():
             found = self.trailers(sha)
             if "Kope-Candidate" in found:
-                return {**found, "_sha": sha}
+                parents = self.repo.commit(sha).parents
+                return {**found, "_sha": sha, "_parent": parents[0].hexsha if parents else ""}
         return {}
 
     def changed_between(self, old: str, new: str, paths: Sequence[Path]) -> list[str]:
@@ -205,7 +208,7 @@ class Vcs:
         return Target(branch, tip, local or ZERO, note, theirs)
 
     # -- writing -----------------------------------------------------------------------------------
-    def commit(self, target: Target, path: Path, text: str, message: str) -> Committed:
+    def commit(self, target: Target, path: Path, text: str, message: str, run_id: str) -> Committed:
         """Commit `text` as `path` on top of `target.parent`, then move the branch from `target.old`
         (compare-and-swap: a ref someone else moved meanwhile is left alone)."""
         rel = Path(path).resolve().relative_to(self.top.resolve())
@@ -224,10 +227,16 @@ class Vcs:
         finally:
             self._worktree_lock(name).unlink(missing_ok=True)
             os.close(self.held.pop(name))
-        self.repo.git.update_ref(
-            "-m", "pytest-kope: verified winner", f"refs/heads/{target.branch}", sha, target.old
-        )
+        try:
+            self._move(target.branch, sha, target.old)
+        except git.GitCommandError:  # the branch moved meanwhile: leave it alone, keep the commit beside it
+            aside = f"{target.branch}-{run_id}"
+            self._move(aside, sha, self.rev(f"refs/heads/{aside}") or ZERO)
+            return Committed(aside, sha, target.parent, f"{target.branch} moved while this run committed")
         return Committed(target.branch, sha, target.parent)
+
+    def _move(self, branch: str, sha: str, old: str) -> None:
+        self.repo.git.update_ref("-m", "pytest-kope: verified winner", f"refs/heads/{branch}", sha, old)
 
     def _commit_in(self, where: Path, rel: Path, text: str, message: str) -> str:
         wt = git.Repo(where)
