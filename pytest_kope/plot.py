@@ -35,6 +35,7 @@ def speedup_png(
 
         matplotlib.use("Agg", force=True)
         import matplotlib.pyplot as plt
+        from matplotlib.ticker import MaxNLocator
     except ImportError:
         return None
     timed = [(i, s, o) for i, s, o in series if s]
@@ -63,6 +64,7 @@ def speedup_png(
         ax.set_ylabel("speedup over committed kernel")
         ax.set_title(f"{operator}: speedup over evaluations")
         ax.set_xlim(0.5, len(series) + 0.5)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.legend(loc="best", fontsize=8)
         fig.tight_layout()
         folder.mkdir(parents=True, exist_ok=True)

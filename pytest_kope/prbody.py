@@ -82,11 +82,11 @@ def _lineage_table(e: Evidence) -> str:
         if j is e.baseline or j.candidate.agent == "baseline":
             rows.append((step, "committed", "-", "the committed kernel", "-", "-"))
             continue
-        ratio = f"{seen.ratio:.2f}x [{seen.ratio_low:.2f}, ...]" if seen.ratio else "-"
+        ratio = f"{seen.ratio:.2f}x (low {seen.ratio_low:.2f})" if seen.ratio else "-"
         rows.append(
             (step, f"`{j.candidate.short}`", j.candidate.agent, j.candidate.idea, seen.outcome.value, ratio)
         )
-    headers = ["step", "candidate", "agent", "idea", "outcome", "vs its incumbent (median, 95% low)"]
+    headers = ["step", "candidate", "agent", "idea", "outcome", "vs its incumbent (median, 95% bound low)"]
     return tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True)
 
 

@@ -158,11 +158,7 @@ def review_lines(operators: list[dict[str, Any]]) -> list[str]:
     """report.md's section on what reviewers get: pushes, pull requests, and each speedup plot."""
     lines: list[str] = []
     for o in operators:
-        said = []
-        if o.get("branch_note"):
-            said.append(o["branch_note"])
-        if o.get("push"):
-            said.append(o["push"])
+        said = []  # where the commit went and the push are in the operator's note above
         pr = o.get("pull_request")
         if pr:
             said.append(

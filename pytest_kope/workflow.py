@@ -112,8 +112,11 @@ class KopeSession:
                 self.operators.setdefault(op.name, OperatorRun(op, [])).items.append(item)
 
     @pytest.hookimpl(wrapper=True, specname="pytest_collection_modifyitems")
-    def _select_since(self, session: pytest.Session, config: pytest.Config, items: list):
-        """--kope-since REF: narrow (or, with -k, widen) the operators to those changed since REF."""
+    def pytest_collection_modifyitems_since(
+        self, session: pytest.Session, config: pytest.Config, items: list
+    ):
+        """--kope-since REF: narrow (or, with -k, widen) the operators to those changed since REF.
+        (Named pytest_* with a specname: pytest reads hook options only from pytest_* names.)"""
         before = list(items)
         yield
         if not self.since:
@@ -127,7 +130,7 @@ class KopeSession:
                 before,
                 items,
                 bool(config.option.keyword),
-                config.hook.pytest_deselected,
+                lambda dropped: config.hook.pytest_deselected(items=dropped),
             )
         except ConfigError as e:
             raise pytest.UsageError(str(e)) from None

@@ -123,6 +123,18 @@ def test_a_fresh_clone_builds_on_the_remotes_branch_and_pushes_with_a_lease(tmp_
     assert "diverged" in target.note
 
 
+def test_a_push_the_remote_refuses_is_reported(tmp_path: Path) -> None:
+    work, remote = repo_with_remote(tmp_path)
+    hook = remote / "hooks" / "pre-receive"
+    hook.write_text("#!/bin/sh\necho 'branch protection: kope/* is read-only' >&2\nexit 1\n")
+    hook.chmod(0o755)
+    vcs = Vcs.find(work)
+    _, done = winner(vcs, "kope/op", "v2")
+    pushed = vcs.push("origin", "kope/op", done.sha, None, {})
+    assert not pushed.ok and "push of kope/op to origin rejected: [remote rejected]" in pushed.detail
+    assert git(work, "rev-parse", "kope/op").strip() == done.sha  # the local commit stays
+
+
 def done_on(done, target, root: Path) -> str:
     assert git(root, "rev-parse", done.branch).strip() == done.sha
     return done.branch
