@@ -167,6 +167,18 @@ def test_a_bad_token_is_reported_for_the_operator_and_the_run_ends_cleanly(
     assert git(remote, "rev-parse", "kope/scale")  # the push itself went through
 
 
+def test_pr_without_a_token_is_a_usage_error_naming_the_variable(
+    pytester: pytest.Pytester, published, monkeypatch
+) -> None:
+    monkeypatch.delenv("GITHUB_TOKEN")
+    result = optimize(pytester, "--kope-agent", "tuner", "--kope-pr")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--kope-pr on github needs a token in $GITHUB_TOKEN or $GH_TOKEN*"])
+    result = optimize(pytester, "--kope-agent", "tuner", "--kope-push", "upstream")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--kope-push upstream: this repository has no remote 'upstream'*"])
+
+
 def test_since_tunes_only_what_changed(pytester: pytest.Pytester) -> None:
     root = make_op_repo(pytester.path)
     make_op_repo(
