@@ -92,16 +92,21 @@ class Vcs:
         return folder / f"{name}.lock"
 
     def prune_stale_worktrees(self) -> list[str]:
-        """Remove worktrees a killed run left behind (their lock is free); returns their paths."""
-        removed = []
+        """Remove worktrees a killed run left behind (their lock is free); returns their paths.
+        Writes nothing into the git dir when there is no kope worktree at all."""
+        removed: list[str] = []
+        paths = [
+            block.splitlines()[0].removeprefix("worktree ").strip()
+            for block in self.repo.git.worktree("list", "--porcelain").split("\n\n")
+            if block.strip()
+        ]
+        mine = [p for p in paths if WORKTREE_PREFIX in Path(p).name and Path(p).name not in self.held]
+        if not mine:
+            self.repo.git.worktree("prune")
+            return removed
         with self.locked():
-            for block in self.repo.git.worktree("list", "--porcelain").split("\n\n"):
-                line = block.splitlines()[0] if block.strip() else ""
-                path = line.removeprefix("worktree ").strip()
-                name = Path(path).name
-                if WORKTREE_PREFIX not in name or name in self.held:
-                    continue
-                lock = self._worktree_lock(name)
+            for path in mine:
+                lock = self._worktree_lock(Path(path).name)
                 fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -116,7 +121,12 @@ class Vcs:
                 finally:
                     os.close(fd)
             self.repo.git.worktree("prune")
+            self._tidy_locks()
         return removed
+
+    def _tidy_locks(self) -> None:
+        with contextlib.suppress(OSError):
+            (self.common / "kope-worktrees").rmdir()  # only when empty
 
     # -- reading -----------------------------------------------------------------------------------
     def is_dirty(self, path: Path) -> bool:
@@ -227,6 +237,7 @@ class Vcs:
         finally:
             self._worktree_lock(name).unlink(missing_ok=True)
             os.close(self.held.pop(name))
+            self._tidy_locks()
         try:
             self._move(target.branch, sha, target.old)
         except git.GitCommandError:  # the branch moved meanwhile: leave it alone, keep the commit beside it
