@@ -89,8 +89,13 @@ class Publisher:
                     f"kope {op.name}: could not fetch {self.prefix}* from {self.remote}: {self._secret(fetched)}"
                 )
             target = self.vcs.plan(branch, self.run_id, [Path(op.source), *files], self.remote)
+            self._pending = (verified, baseline, history, hw)
             skip = self._already_there(target, verified, hw)
             if skip:
+                if self.remote and self._ahead(target):  # an earlier push of it did not get through
+                    tip = self.vcs.rev(f"refs/heads/{target.branch}")
+                    same = "this winner" in skip
+                    skip += "; " + self._push(op, target.branch, tip, target.remote_tip, review=same, why="")
                 return target.branch, None, skip
             message = self._message(op, verified, baseline, history, hw, target.note)
             try:
@@ -104,14 +109,26 @@ class Publisher:
             self.results[op.name] = {"branch_note": note} if note else {}
             if self.remote:
                 lease = target.remote_tip if done.branch == target.branch else None
-                pushed = self.vcs.push(self.remote, done.branch, done.sha, lease, self.env)
-                self.results[op.name]["push"] = self._secret(pushed.detail)
-                said += f"; {self._secret(pushed.detail)}"
-                if not pushed.ok:
-                    self.say(f"kope {op.name}: {self._secret(pushed.detail)}", red=True)
-                elif self.pr:
-                    self._review(op, verified, baseline, history, hw, done.branch, done.sha, note)
+                said += "; " + self._push(op, done.branch, done.sha, lease, review=True, why=note)
         return done.branch, done.sha, said
+
+    def _push(self, op: Any, branch: str, sha: str, lease: str | None, review: bool, why: str) -> str:
+        """Push one branch tip; on success open or update its pull request. What happened, in words."""
+        pushed = self.vcs.push(self.remote, branch, sha, lease, self.env)
+        detail = self._secret(pushed.detail)
+        self.results.setdefault(op.name, {})["push"] = detail
+        if not pushed.ok:
+            self.say(f"kope {op.name}: {detail}", red=True)
+        elif self.pr and review:
+            verified, baseline, history, hw = self._pending
+            self._review(op, verified, baseline, history, hw, branch, sha, why)
+        return detail
+
+    def _ahead(self, target: Any) -> bool:
+        """Whether the local branch has commits the remote's lacks (and none of the remote's is missing)."""
+        local = self.vcs.rev(f"refs/heads/{target.branch}")
+        theirs = target.remote_tip
+        return bool(local) and local != theirs and (theirs is None or self.vcs.is_ancestor(theirs, local))
 
     def _already_there(self, target: Any, verified: Any, hw: dict) -> str:
         if target.old == ZERO and target.remote_tip is None:

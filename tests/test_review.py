@@ -149,22 +149,38 @@ def test_push_and_pull_request_then_a_better_winner_updates_it(
     assert not [text[:80] for text in everything if TOKEN in text]
 
 
-def test_a_bad_token_is_reported_for_the_operator_and_the_run_ends_cleanly(
+def test_a_rejected_push_then_a_bad_token_are_reported_and_each_run_ends_cleanly(
     pytester: pytest.Pytester, published, forge_server: ForgeServer, tmp_path: Path, monkeypatch
 ) -> None:
     root, remote = published
-    monkeypatch.setenv("GITHUB_TOKEN", "ghs_not_the_right_one")
+    hook = remote / "hooks" / "pre-receive"
+    hook.write_text("#!/bin/sh\necho 'kope/* is protected' >&2\nexit 1\n")
+    hook.chmod(0o755)
     first = replay_dir(tmp_path, "o1", flags("-O2 -march=native"), "compile at -O2")
     result = optimize(
         pytester, "--kope-agent", first, "--kope-budget", "1", "--kope-push", "origin", "--kope-pr"
     )
     assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines(["*kope scale: push of kope/scale to origin rejected: *remote rejected*"])
+    assert not forge_server.requests and git(root, "rev-parse", "kope/scale")  # kept here, no PR
+
+    # The next run finds the same winner: no new commit, but the branch the last push missed goes out,
+    # and the forge refuses the token: reported for the operator, the run still ends cleanly.
+    hook.unlink()
+    monkeypatch.setenv("GITHUB_TOKEN", "ghs_not_the_right_one")
+    result = optimize(
+        pytester, "--kope-agent", first, "--kope-budget", "1", "--kope-push", "origin", "--kope-pr"
+    )
+    assert result.ret == 0, result.stdout.str()
     result.stdout.fnmatch_lines(
-        ["*kope scale: pull request not opened: *HTTP 401: Bad credentials; the token was refused*"]
+        [
+            "*kope scale: pull request not opened: *HTTP 401: Bad credentials; the token was refused*",
+            "*kope/scale already holds this winner; no new commit; pushed kope/scale*",
+        ]
     )
     assert "ghs_not_the_right_one" not in result.stdout.str()
     assert report_of(root)["operators"][0]["review_error"].startswith("listing pull requests")
-    assert git(remote, "rev-parse", "kope/scale")  # the push itself went through
+    assert git(remote, "rev-parse", "kope/scale") == git(root, "rev-parse", "kope/scale")
 
 
 def test_pr_without_a_token_is_a_usage_error_naming_the_variable(
