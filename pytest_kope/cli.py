@@ -3,7 +3,7 @@
     kope graph stats                 counts per table, per outcome, per agent; measured ceilings
     kope graph show OPERATOR         each task's attempts as a tree by parent links
     kope lessons [--operator X] [--limit N]
-    kope export FILE.jsonl           the whole graph as JSON Lines
+    kope export FILE.jsonl           the whole graph as JSON Lines (and the WAL folded into the file)
     kope import FILE.jsonl           merge an export (importing twice adds nothing)
 
 `--db PATH` (before or after the command) names the graph; default ./.kope/experience.db.
@@ -101,6 +101,7 @@ def _run(args: argparse.Namespace, db_path: Path) -> int:
         return 0
     with _open(db_path) as graph:
         if args.command == "export":
+            graph.checkpoint()  # CI saves experience.db to its cache next: fold the write-ahead log in
             n = graph.export_jsonl(args.file)
             print(f"exported {n} records from {db_path} to {args.file}")
         elif args.command == "lessons":

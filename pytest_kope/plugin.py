@@ -116,6 +116,40 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     _option(
         g, parser, "kope-devices", "accelerator devices for performance judging, e.g. 0,1 (default: auto)"
     )
+    _option(
+        g,
+        parser,
+        "kope-push",
+        "push each new winner's branch to this git remote, with a lease on the tip it read, after "
+        "fetching the remote's kope/* branches (default: no push)",
+    )
+    _option(
+        g,
+        parser,
+        "kope-pr",
+        "open (or update) one pull request per new winner on the forge: GitHub, GitHub Enterprise "
+        "or GitLab; pushes to --kope-push or origin; token from GITHUB_TOKEN, GITLAB_TOKEN or "
+        "the variable ini kope_forge_token_env names",
+        ini_type="bool",
+        action="store_true",
+        default=None,
+    )
+    _option(
+        g,
+        parser,
+        "kope-since",
+        "optimize only the operators whose kernel source or test modules changed since this git "
+        "revision (plus any -k names)",
+    )
+    parser.addini("kope_forge", help="github or gitlab (default: gitlab under GitLab CI, else github)")
+    parser.addini(
+        "kope_forge_url", help="forge API URL (default: $GITHUB_API_URL, $CI_SERVER_URL, or from the remote)"
+    )
+    parser.addini(
+        "kope_forge_repo", help="owner/name or GitLab project (default: $GITHUB_REPOSITORY, $CI_PROJECT_ID)"
+    )
+    parser.addini("kope_forge_token_env", help="name of the environment variable that holds the forge token")
+    parser.addini("kope_pr_base", help="branch pull requests target (default: the branch the run started on)")
     parser.addini(
         "kope_allow_symbols",
         type="linelist",

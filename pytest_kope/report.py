@@ -147,10 +147,34 @@ def write(run_dir: Any, data: dict[str, Any], extra_json: str | None = None) -> 
     for o in data["operators"]:
         if o.get("note"):
             lines.append(f"- **{o['name']}**: {o['note']}")
+    lines += review_lines(data["operators"])
     if data.get("usage"):
         lines += ["", "## Agent usage", "", "```", json.dumps(data["usage"], indent=1, default=str), "```"]
     md.write_text("\n".join(lines) + "\n")
     return js, md
+
+
+def review_lines(operators: list[dict[str, Any]]) -> list[str]:
+    """report.md's section on what reviewers get: pushes, pull requests, and each speedup plot."""
+    lines: list[str] = []
+    for o in operators:
+        said = []  # where the commit went and the push are in the operator's note above
+        pr = o.get("pull_request")
+        if pr:
+            said.append(
+                f"pull request [#{pr['number']}]({pr['url']}) {'opened' if pr['created'] else 'updated'}"
+            )
+        if o.get("review_error"):
+            said.append(f"pull request not opened: {o['review_error']}")
+        if said:
+            lines.append(f"- **{o['name']}**: " + "; ".join(said))
+    plots = [o for o in operators if o.get("plot")]
+    if lines:
+        lines = ["", "## Review", "", *lines]
+    if plots:
+        lines += ["", "## Speedup over evaluations", ""]
+        lines += [f"![{o['name']}: speedup over evaluations]({o['plot']})" for o in plots]
+    return lines
 
 
 def commit_message(

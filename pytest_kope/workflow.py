@@ -76,6 +76,8 @@ class KopeSession:
         self.prefix = str(_setting(config, "kope_branch_prefix", "kope/"))
         self.no_commit = bool(config.getoption("kope_no_commit"))
         self.check_only = bool(config.getoption("kope_check"))
+        self.since = _setting(config, "kope_since", None)
+        self.since_line = ""
         if self.budget < 1:
             raise pytest.UsageError(f"--kope-budget must be at least 1, got {self.budget}")
         self.operators: OrderedDict[str, OperatorRun] = OrderedDict()
@@ -105,6 +107,35 @@ class KopeSession:
     def pytest_collection_modifyitems(
         self, session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
     ) -> None:
+        for item in items:
+            op = operator_of(item)
+            if op is not None:
+                self.operators.setdefault(op.name, OperatorRun(op, [])).items.append(item)
+
+    @pytest.hookimpl(wrapper=True, specname="pytest_collection_modifyitems")
+    def pytest_collection_modifyitems_since(
+        self, session: pytest.Session, config: pytest.Config, items: list
+    ):
+        """--kope-since REF: narrow (or, with -k, widen) the operators to those changed since REF.
+        (Named pytest_* with a specname: pytest reads hook options only from pytest_* names.)"""
+        before = list(items)
+        yield
+        if not self.since:
+            return
+        from .since import select
+
+        try:
+            items[:], self.since_line = select(
+                config.rootpath,
+                self.since,
+                before,
+                items,
+                bool(config.option.keyword),
+                lambda dropped: config.hook.pytest_deselected(items=dropped),
+            )
+        except ConfigError as e:
+            raise pytest.UsageError(str(e)) from None
+        self.operators.clear()
         for item in items:
             op = operator_of(item)
             if op is not None:
@@ -159,6 +190,12 @@ class KopeSession:
         if self.vcs is not None:
             for path in self.vcs.prune_stale_worktrees():
                 self.say(f"kope: removed a worktree a killed run left behind: {path}")
+        from .publish import Publisher
+
+        self.publisher = Publisher(self.config, self.vcs, self.run_id, self.prefix, self.run_dir, self.graph)
+        self.publisher.say = self.say
+        if self.since_line:
+            self.say(self.since_line)
         self.say(
             f"kope: run {self.run_id}, agent {self.agent_name} ({self.agent.name}), budget {self.budget} "
             f"evaluations per operator, {len(self.operators)} operator(s)"
@@ -511,7 +548,7 @@ class KopeSession:
             if verified is not None:
                 verified.speedup = verified.ratio
                 if self.vcs is not None:
-                    branch, commit, why = self._commit(op, verified, baseline, history, hw)
+                    branch, commit, why = self._commit(op, verified, baseline, history, hw, plan.files)
                     note = why
                 else:
                     note = f"verified, not committed: {self.no_commit_why}"
@@ -529,46 +566,16 @@ class KopeSession:
             note,
             seconds,
         )
+        summary.update(self.publisher.after(op.name, summary))
         if note:
             self.say(f"kope {op.name}: {note}")
         return summary
 
     def _commit(
-        self, op: Operator, verified: Judged, baseline: Judged, history: list[Judged], hw: dict
+        self, op: Operator, verified: Judged, baseline: Judged, history: list[Judged], hw: dict, files: list
     ) -> tuple[str | None, str | None, str]:
-        from .spec import bake_defaults
-
-        branch = f"{self.prefix}{op.name}"
-        trailers = self.vcs.branch_trailers(branch)
-        if trailers.get("Kope-Candidate") == verified.candidate.hash:
-            return branch, None, f"{branch} already holds this winner; no new commit"
-        if trailers and trailers.get("_parent") == self.vcs.base:
-            try:
-                if float(trailers.get("Kope-Speedup", "0")) >= verified.speedup:
-                    return branch, None, f"{branch} already holds a winner at least as fast; no new commit"
-            except ValueError:
-                pass
-        text = bake_defaults(verified.candidate.source, verified.candidate.params)
-        if op.source.suffix == ".py":  # Python kernels also carry the values as module-level literals
-            from .toolchains.pylaunch import bake
-
-            text = bake(text, verified.candidate.params)
-        message = report.commit_message(op, verified, baseline, history, self.run_id, describe(hw))
-        if self.vcs.is_dirty(op.source):
-            warning = (
-                f"Note: {op.source.name} had uncommitted changes when the run started; the run judged "
-                "them and this commit includes them."
-            )
-            head, _, rest = message.partition("\n\n")
-            message = f"{head}\n\n{warning}\n\n{rest}"
-            self.say(
-                f"kope {op.name}: {op.source.name} has uncommitted changes; the winner on {branch} includes them"
-            )
-        try:
-            done = self.vcs.commit(branch, op.source, text, message)
-        except Exception as e:  # git trouble must not lose the run's results
-            return None, None, f"could not commit to {branch}: {e}"
-        return done.branch, done.sha, f"committed {done.sha[:10]} to {done.branch}"
+        """Commit (never losing a commit), push and open the pull request: see publish.py."""
+        return self.publisher.commit(op, verified, baseline, history, hw, files)
 
     # -- the end ---------------------------------------------------------------------------------
     def _finish(self) -> None:
@@ -592,4 +599,5 @@ class KopeSession:
             self.tw.write_sep("=", "kope: results")
             self.tw.write_line(report.final_table(data["operators"]))
             self.tw.write_line(f"kope: report {paths[0]} and {paths[1]}")
+        self.graph.checkpoint()  # the WAL folded into the file, so a CI cache of experience.db is whole
         self.graph.close()

@@ -38,6 +38,11 @@ KEEP = (
     "CUDA_VISIBLE_DEVICES",
     "ASCEND_RT_VISIBLE_DEVICES",
     "ASCEND_HOME_PATH",
+    "ASCEND_TOOLKIT_HOME",  # CANN's set_env.sh: the toolkit, its operator and AI CPU paths
+    "ASCEND_OPP_PATH",
+    "ASCEND_AICPU_PATH",
+    "SOC_VERSION",  # the chip an Ascend C kernel is built for, from the CI job's env
+    "KOPE_ASCEND_TARGET",
     "LD_LIBRARY_PATH",
     "TORCH_DEVICE_BACKEND_AUTOLOAD",
     "KOPE_C_SCREEN_BINARY",

@@ -41,6 +41,12 @@ class Graph:
     def close(self) -> None:
         self.db.close()
 
+    def checkpoint(self) -> bool:
+        """Fold the write-ahead log into the database file and truncate it (before a CI cache saves
+        the file alone); False when another connection kept it from completing."""
+        busy, _, _ = self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        return not busy
+
     def __enter__(self) -> Graph:
         return self
 
