@@ -14,7 +14,11 @@ import numpy as np
 # NaNs with a payload no arithmetic produces (computed NaNs are canonical 0x7fc00000), so a legit NaN
 # result is never mistaken for an unwritten element.
 POISON = {np.dtype("float32"): np.uint32(0x7FA5A5A5), np.dtype("float64"): np.uint64(0x7FF4A5A5A5A5A5A5)}
-DEFAULT_RTOL = 1e-3  # candidate against the committed kernel on the same inputs, norm-wise
+# Candidate against the committed kernel on the same inputs, norm-wise. A safety net for what the tests
+# do not reach (overflow, NaN, races, stale or cached results: errors of order 1), not a precision
+# test: the repo's own tests judge precision. Seen: gelu's fast tanh, which its tests accept, differs
+# from the committed erf form by 5.7e-3 on a one-element input, so 1e-3 rejected an honest winner.
+DEFAULT_RTOL = 1e-2
 
 
 def is_array(value: Any) -> bool:

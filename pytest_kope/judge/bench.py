@@ -12,6 +12,7 @@ from typing import Any
 
 from ..toolchains.base import Kernel, Timer
 from . import timing
+from .arrays import DEFAULT_RTOL
 from .guards import GuardedFunction
 from .outcome import Timing
 from .stats import Stats
@@ -41,7 +42,7 @@ class BenchSession:
     paired: list[PairedRecord] = field(default_factory=list)
     # (bytes touched per call, working set, seconds per call) -> why that is faster than physics, or ""
     plausible: Callable[[int, int, float], str] | None = None
-    rtol: float = 1e-3  # timed outputs: candidate against the reference, norm-wise
+    rtol: float = DEFAULT_RTOL  # timed outputs: candidate against the reference, norm-wise
 
 
 class Bench:

@@ -5,9 +5,11 @@
    transformed copies: floating inputs scaled up and down by orders of magnitude, and offset. It
    writes the inputs and, apart, the committed kernel's outputs.
 2. The controller reads those outputs into memory and deletes them before any candidate runs.
-3. Each candidate's judging child *replays* every recorded input through the candidate (the
-   untransformed ones several times, with more OpenMP threads than cores, to shake out races), under
-   the same guards as a test, and writes the outputs.
+3. Each candidate's judging child *replays* every recorded input through the candidate under the same
+   guards as a test, and writes the outputs. The untransformed ones run three times, with more OpenMP
+   threads than cores, the last two at once on separate buffers where the committed kernel itself
+   gives its answer that way: state a kernel shares between threads or calls is then overwritten for
+   sure, where a lone call on a busy machine may never show the race.
 4. The controller compares them with the committed kernel's, norm-wise: the decision is made by code
    the candidate never ran next to, whatever it did inside its own process. A transform on which the
    committed kernel itself is non-finite is skipped.
@@ -20,6 +22,7 @@ import re
 import shutil
 import warnings
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -110,6 +113,7 @@ class Recorder:
                         "scalars": {str(i): v for i, v in call.scalars.items()},
                         "kinds": {str(i): k for i, k in call.kinds.items()},
                         "repeats": RACE_REPEATS if t == 0 else 1,
+                        "concurrent": t == 0 and _reentrant(call, inputs, outputs),
                     }
                 )
         (folder / "manifest.json").write_text(json.dumps(manifest))
@@ -139,26 +143,46 @@ def replay(folder: Path, functions: Mapping[str, Any], results: Path) -> list[st
 
 
 def _replay(folder: Path, functions: Mapping[str, Any], results: Path) -> list[str]:
-    problems = []
+    problems: list[str] = []
     for entry in json.loads((folder / "manifest.json").read_text()):
         fn = functions.get(entry["function"])
         if fn is None:
             continue
         with np.load(folder / "inputs" / f"{entry['key']}.npz", allow_pickle=False) as data:
             inputs = {int(k[1:]): np.array(data[k]) for k in data.files}
-        for rep in range(entry["repeats"]):
-            values = _replay_values(fn.function.args, entry, inputs)
-            try:
-                fn(*values)
-            except Exception as e:  # a guard violation or the kernel's own error: named, and judged
-                problems.append(f"{_where(entry)}: {type(e).__name__}: {str(e)[:300]}")
-                break
-            written = [i for i, a in enumerate(fn.function.args) if a.role not in (IN, SCALAR)]
+        written = [i for i, a in enumerate(fn.function.args) if a.role not in (IN, SCALAR)]
+        sets = [_replay_values(fn.function.args, entry, inputs) for _ in range(entry["repeats"])]
+        # the first run alone; the repeats at once, each on its own buffers, where the committed kernel
+        # allows it: state shared between OpenMP threads (or calls) is then overwritten for sure
+        together = sets[1:] if entry.get("concurrent") else []
+        errors = _call_all(fn, sets[:1] + ([] if together else sets[1:])) + _call_together(fn, together)
+        if errors:
+            problems.append(f"{_where(entry)}: {errors[0]}")
+            continue
+        for rep, values in enumerate(sets):
             np.savez(
                 results / f"{entry['key']}-{rep}.npz",
                 **{f"a{i}": arrays.host_copy(values[i]) for i in written},
             )
     return problems
+
+
+def _call_all(fn: Any, sets: list[tuple]) -> list[str]:
+    for values in sets:
+        try:
+            fn(*values)
+        except Exception as e:  # a guard violation or the kernel's own error: named, and judged
+            return [f"{type(e).__name__}: {str(e)[:300]}"]
+    return []
+
+
+def _call_together(fn: Any, sets: list[tuple]) -> list[str]:
+    """Call `fn` on every set at the same time, one thread each (kernels release the GIL)."""
+    if not sets:
+        return []
+    with ThreadPoolExecutor(len(sets)) as pool:
+        found = list(pool.map(lambda values: _call_all(fn, [values]), sets))
+    return [e for errors in found for e in errors]
 
 
 def compare(
@@ -181,7 +205,7 @@ def compare(
                 why = arrays.mismatch(got[name], w, rtol) if name in got else "missing"
                 if why:
                     run = (
-                        f", run {rep + 1} of {entry['repeats']} with more threads than cores"
+                        f", run {rep + 1} of {entry['repeats']} (the repeats at once, with more threads than cores)"
                         if entry["repeats"] > 1
                         else ""
                     )
@@ -226,6 +250,19 @@ def _replay_values(args: tuple, entry: dict[str, Any], inputs: dict[int, np.ndar
         else:
             values.append(arrays.rebuild(inputs[i], entry["kinds"][str(i)]))
     return tuple(values)
+
+
+def _reentrant(call: Recorded, inputs: dict[int, np.ndarray], expected: dict[int, np.ndarray]) -> bool:
+    """Whether the committed kernel gives its own answer when called on two buffer sets at once: only
+    then are candidates held to it (a repo may keep a kernel that is not thread-safe on purpose)."""
+    sets = [_values(call, inputs) for _ in range(RACE_REPEATS - 1)]
+    with ThreadPoolExecutor(len(sets)) as pool:
+        list(pool.map(lambda values: call.function.raw(*values), sets))
+    return all(
+        not arrays.mismatch(arrays.host_copy(values[i]), want, 1e-6)
+        for values in sets
+        for i, want in expected.items()
+    )
 
 
 def _written(call: Recorded) -> list[int]:
