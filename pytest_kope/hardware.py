@@ -156,10 +156,11 @@ def describe(fp: Mapping[str, Any]) -> str:
 
 
 def memory_bandwidth(ceilings: Mapping[str, Any] | None) -> float | None:
-    """The measured read bandwidth (bytes/s) at the largest working set (main memory), if known."""
+    """The measured read bandwidth (bytes/s) at the largest working set (main memory), if known, from
+    the graph's ceilings record of this hardware (judge/physics.py: figures in GB/s)."""
     try:
         sizes, read = list(ceilings["sizes"]), list(ceilings["read"])  # type: ignore[index]
-        return float(read[sizes.index(max(sizes))])
+        return float(read[sizes.index(max(sizes))]) * 1e9
     except (TypeError, KeyError, ValueError, IndexError):
         return None
 

@@ -17,11 +17,12 @@ from typing import Any
 import pytest
 
 from . import report
+from .agents import explore_rate
 from .agents.base import Context, OperatorInfo
 from .agents.tuner import Tuner
 from .candidate import Candidate
 from .errors import BaselineBroken, ConfigError, KopeError, SpecError
-from .hardware import describe
+from .hardware import describe, label
 from .judge import sandbox
 from .judge.building import toolchain_of
 from .judge.outcome import Judged, Outcome
@@ -31,6 +32,7 @@ from .operator import Operator, is_performance_test, operator_of
 from .paths import ensure_kope_dir, kope_dir
 from .settings import SEED
 from .spec import parse_spec
+from .stopping import RunClock, Slot, Stop, StopRule, stopped
 
 
 def _setting(config: pytest.Config, name: str, default: Any) -> Any:
@@ -41,6 +43,10 @@ def _setting(config: pytest.Config, name: str, default: Any) -> Any:
         except ValueError:
             value = None
     return default if value in (None, "") else value
+
+
+def _nothing_new(agent: Any) -> tuple[Stop, str]:
+    return Stop.AGENT_DONE, f"the {getattr(agent, 'name', 'agent')} agent proposed nothing new"
 
 
 def _declares_knobs(judged: Judged) -> bool:
@@ -75,8 +81,15 @@ class KopeSession:
         self.jobs = int(_setting(config, "kope_jobs", len(os.sched_getaffinity(0))))
         self.prefix = str(_setting(config, "kope_branch_prefix", "kope/"))
         self.no_commit = bool(config.getoption("kope_no_commit"))
+        self.patience = int(_setting(config, "kope_patience", 8))
+        minutes = _setting(config, "kope_time_budget", None)
+        self.clock = RunClock(float(minutes) if minutes is not None else None)
         if self.budget < 1:
             raise pytest.UsageError(f"--kope-budget must be at least 1, got {self.budget}")
+        if self.patience < 0:
+            raise pytest.UsageError(f"--kope-patience must be 0 (off) or more, got {self.patience}")
+        if self.clock.limited and self.clock.minutes < 0:
+            raise pytest.UsageError(f"--kope-time-budget takes minutes, 0 or more; got {self.clock.minutes}")
         self.operators: OrderedDict[str, OperatorRun] = OrderedDict()
         self.broken: list[str] = []
         self.tw = None
@@ -84,6 +97,7 @@ class KopeSession:
     # -- pytest hooks --------------------------------------------------------------------------
     def pytest_configure(self, config: pytest.Config) -> None:
         try:
+            self.explore_rate = explore_rate(config)
             self.agent = config.hook.pytest_kope_make_agent(name=self.agent_name, config=config)
         except ConfigError as e:
             raise pytest.UsageError(str(e)) from None
@@ -115,19 +129,40 @@ class KopeSession:
         self.tw = session.config.pluginmanager.get_plugin("terminalreporter")
         self._start(session)
         failed = 0
-        for run in self.operators.values():
-            try:
-                run.summary = self._optimize(run)
-            except KopeError as e:  # BaselineBroken, an unavailable toolchain, no correctness tests
-                self.say(f"kope {run.op.name}: STOPPED: {e}", red=True)
-                run.summary = {"name": run.op.name, "error": str(e), "verified": False}
-                failed += 1
+        runs = list(self.operators.values())
+        for i, run in enumerate(runs):
+            # an operator's minimum: one round that keeps each correctness worker busy once
+            slot = self.clock.slot(len(runs) - i, self.jobs) if self.clock.limited else None
+            if self.clock.limited and slot is None:
+                why = f"the time budget ({self.clock.minutes:g} min) ran out before it began"
+                self.say(f"kope {run.op.name}: not started: {why}")
+                run.summary = {
+                    "name": run.op.name,
+                    "verified": False,
+                    "stopped": stopped(Stop.NOT_REACHED, why),
+                }
+            else:
+                try:
+                    run.summary = self._optimize(run, slot)
+                except KopeError as e:  # BaselineBroken, an unavailable toolchain, no correctness tests
+                    self.say(f"kope {run.op.name}: STOPPED: {e}", red=True)
+                    run.summary = {
+                        "name": run.op.name,
+                        "error": str(e),
+                        "verified": False,
+                        "stopped": stopped(Stop.ERROR, str(e)),
+                    }
+                    failed += 1
             self.config.hook.pytest_kope_operator_done(
                 operator=run.op.name, summary=run.summary, config=self.config
             )
         session.testsfailed = failed
         self._finish()
         return True
+
+    def _batch(self) -> int:
+        """Candidates per round: enough to keep every correctness worker busy twice."""
+        return max(2, self.jobs * 2)
 
     # -- setup -----------------------------------------------------------------------------------
     def _start(self, session: pytest.Session) -> None:
@@ -166,6 +201,12 @@ class KopeSession:
             hw = toolchain_of(self.config, run.op.toolchain).fingerprint()
             break
         self.hardware = hw
+        if hw:
+            self.say(f"kope: hardware: {label(hw, self.graph.ceilings(hw))}")
+        if self.clock.limited:
+            self.say(
+                f"kope: time budget {self.clock.minutes:g} min for the whole run, shared by the operators"
+            )
         self.graph.start_run(self.run_id, self.agent_name, hw)
         if hasattr(self.agent, "graph_sink"):  # LLM agents report every call's tokens to the graph
             self.agent.graph_sink = lambda op, model, used: self.graph.record_llm_call(
@@ -240,15 +281,15 @@ class KopeSession:
         count = getattr(tc, "count_devices", lambda: 0)()
         return tuple(range(count))
 
-    def _optimize(self, run: OperatorRun) -> dict[str, Any]:
+    def _optimize(self, run: OperatorRun, slot: Slot | None = None) -> dict[str, Any]:
         op = run.op
+        started = time.monotonic()
         plan, tc = self._plan(run)
         judge = Judge(plan, tc.screen)
         timer = tc.timer()
         can_time = timer.can_time and bool(plan.performance)
         hw = tc.fingerprint()
         task = self.graph.task_id(op.name, op.family, op.toolchain, hw)
-        started = time.monotonic()
 
         baseline = judge.baseline(op.baseline())
         if not baseline.outcome.correct:
@@ -264,9 +305,11 @@ class KopeSession:
             self.say(f"kope {op.name}: not timing: {why}; nothing will be committed")
         baseline.outcome = Outcome.OK
         self.graph.record(task, self.run_id, baseline)
+        self.clock.baselines.append(time.monotonic() - started)
         incumbent = baseline
         history: list[Judged] = []
-        evaluations = evaluations_to_best = 0
+        evaluations_to_best = 0
+        rule = StopRule(self.budget, self.patience, slot)
         info = OperatorInfo(
             op.name,
             op.family,
@@ -290,12 +333,12 @@ class KopeSession:
             )
             prior = None
         if prior is not None and self._descends(task, prior, baseline.candidate.hash):
-            resumed = prior.candidate
+            resumed, t0 = prior.candidate, time.monotonic()
             again = self._judge_batch(judge, [resumed], incumbent, can_time, remember)[0]
-            evaluations += 1
+            rule.record([again.outcome == Outcome.BETTER], time.monotonic() - t0)
             history.append(again)
             if again.outcome == Outcome.BETTER:
-                incumbent, evaluations_to_best = again, evaluations
+                incumbent, evaluations_to_best = again, rule.evaluations
                 self.say(
                     f"kope {op.name}: resuming from the known best {resumed.short} ({again.speedup:.2f}x)"
                 )
@@ -304,21 +347,24 @@ class KopeSession:
             return self.graph.lookup(task, h) is not None
 
         # An LLM's candidate may declare its own knobs: a tuner sweeps them within the same budget.
-        sweeper = None if isinstance(self.agent, Tuner) else Tuner(seed=self.config.stash[SEED])
+        sweeper = None
+        if not isinstance(self.agent, Tuner):
+            sweeper = Tuner(seed=self.config.stash[SEED], explore_rate=self.explore_rate)
         agents = [a for a in (self.agent, sweeper) if a is not None]
         stalls = 0
-        while evaluations < self.budget and can_time:
+        if not can_time:
+            rule.stop(Stop.NOT_TIMED, timer.why_not or "no performance test selected")
+        while can_time and (room := rule.room(self._batch())):
             ctx = Context(
                 info,
                 hw,
                 baseline,
                 incumbent,
                 history,
-                self.budget - evaluations,
+                self.budget - rule.evaluations,
                 self._recaller(op, hw),
                 seen,
             )
-            room = min(max(2, plan.jobs * 2), self.budget - evaluations)
             swept = sweeper.propose(ctx, max(1, room // 2)) if sweeper and _declares_knobs(incumbent) else []
             batch = swept + self.agent.propose(ctx, room - len(swept))
             known_verdicts = [v for c in batch if seen(c.hash) and (v := self.graph.judged(task, c.hash))]
@@ -328,32 +374,37 @@ class KopeSession:
             batch = [c for c in batch if not seen(c.hash)]
             if not batch:
                 stalls += 1
-                if stalls >= 2:
-                    break
+                done = getattr(self.agent, "done", None)  # the tuner says when it has converged
+                if done or stalls >= 2:
+                    rule.stop(*((Stop.CONVERGED, done) if done else _nothing_new(self.agent)))
                 continue
+            t0 = time.monotonic()
             judged = self._judge_batch(judge, batch, incumbent, can_time, remember)
-            for j in judged:
-                evaluations += 1
+            rule.record([j.outcome == Outcome.BETTER for j in judged], time.monotonic() - t0)
+            for i, j in enumerate(judged, rule.evaluations - len(judged) + 1):
                 history.append(j)
                 if j.outcome == Outcome.BETTER:
-                    incumbent, evaluations_to_best = j, evaluations
+                    incumbent, evaluations_to_best = j, i
             self.graph.distill(task, self.run_id)
             for agent in agents:
                 agent.observe(ctx, judged)
             self.say(
-                f"kope {op.name}: {evaluations}/{self.budget} evaluations, best {incumbent.speedup:.2f}x "
+                f"kope {op.name}: {rule.evaluations}/{self.budget} evaluations, best {incumbent.speedup:.2f}x "
                 f"({incumbent.candidate.short}: {incumbent.candidate.idea})"
             )
+        why = rule.why or stopped(Stop.BUDGET)
+        if why["reason"] != Stop.NOT_TIMED:
+            self.say(f"kope {op.name}: search stopped: {why['detail']}")
 
         try:
-            return self._conclude(
+            summary = self._conclude(
                 op,
                 judge,
                 plan,
                 baseline,
                 incumbent,
                 history,
-                evaluations,
+                rule.evaluations,
                 evaluations_to_best,
                 time.monotonic() - started,
                 hw,
@@ -361,6 +412,8 @@ class KopeSession:
             )
         finally:
             judge.close()
+        summary["stopped"] = why
+        return summary
 
     def _may_run(self, candidate: Candidate, committed: str) -> bool:
         """Code an agent wrote (any source but the committed one) runs only in the jail, or where the
@@ -452,7 +505,13 @@ class KopeSession:
         verified = None
         branch = commit = None
         note = ""
-        if incumbent is not baseline:
+        if incumbent is not baseline and not self.clock.can_verify():
+            note = (
+                f"not verified: the time budget ran out ({max(0.0, self.clock.left()):.0f} s left, "
+                f"verifying takes about {self.clock.verify_s():.0f} s)"
+            )
+        elif incumbent is not baseline:
+            verify_started = time.monotonic()
             self.say(
                 f"kope {op.name}: verifying {incumbent.candidate.short} in a fresh process against the baseline"
             )
@@ -470,6 +529,7 @@ class KopeSession:
                 )
             else:
                 note = f"failed verification: {fresh.outcome.value}: {(fresh.failures or fresh.notes or [''])[0][:300]}"
+            self.clock.verifies.append(time.monotonic() - verify_started)
             if verified is not None:
                 verified.speedup = verified.ratio
                 if self.vcs is not None:
@@ -536,20 +596,33 @@ class KopeSession:
         if hasattr(self.agent, "close"):
             self.agent.close()
         self.graph.finish_run(self.run_id, usage)
+        ceilings = self.graph.ceilings(self.hardware) if self.hardware else None
         data = {
             "run_id": self.run_id,
             "hardware": self.hardware,
-            "hardware_name": describe(self.hardware) if self.hardware else "",
+            "hardware_name": label(self.hardware, ceilings) if self.hardware else "",
             "agent": self.agent_name,
             "budget": self.budget,
+            "patience": self.patience,
+            "explore_rate": self.explore_rate,
+            "time_budget_minutes": self.clock.minutes,
+            "seconds": round(self.clock.now() - self.clock.start, 1),
             "availability": self.availability,
             "isolation": sandbox.isolation_summary(),
             "usage": usage,
             "operators": [r.summary for r in self.operators.values()],
+            "lessons": self._lessons_that_mattered(),
         }
         paths = report.write(self.run_dir, data, self.config.getoption("kope_report"))
         if self.tw is not None:
             self.tw.write_sep("=", "kope: results")
             self.tw.write_line(report.final_table(data["operators"]))
             self.tw.write_line(f"kope: report {paths[0]} and {paths[1]}")
+            report.install_closing_line(self.tw, data["operators"])
         self.graph.close()
+
+    def _lessons_that_mattered(self) -> dict[str, list[dict[str, Any]]]:
+        """Per operator, the lessons this run taught or confirmed, strongest evidence first."""
+        from .memory.lessons import learned_in_run
+
+        return {name: learned_in_run(self.graph, self.run_id, name) for name in self.operators}

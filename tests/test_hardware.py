@@ -46,7 +46,7 @@ def test_older_levels_and_unknown_arm_parts() -> None:
 
 def test_measured_bandwidth_joins_the_label_never_the_fingerprint() -> None:
     fp = make_fingerprint((SAMPLES / "zen4_epyc_avx512_kvm.txt").read_text(), "x86_64", 2, CACHES)
-    ceilings = {"sizes": [16 << 10, 128 << 20], "read": [300e9, 11.64e9], "write": [1, 1], "copy": [1, 1]}
+    ceilings = {"sizes": [16 << 10, 128 << 20], "read": [300.0, 11.64], "write": [1, 1], "copy": [1, 1]}
     assert label(fp, ceilings).endswith(", L3 32 MiB, 11.6 GB/s memory)")
     assert label(fp, None) == label(fp, {"sizes": []})  # unknown bandwidth: left out
     assert not any("bandwidth" in k or "gb" in k.lower() for k in fp)
