@@ -10,6 +10,7 @@ import os
 import time
 import uuid
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,34 @@ def _declares_knobs(judged: Judged) -> bool:
         return bool(parse_spec(c.source, c.filename).space.axes)
     except SpecError:
         return False
+
+
+@dataclass
+class _Progress:
+    """One operator's search so far: what resuming and the search loop update."""
+
+    op: Operator
+    judge: Judge
+    info: OperatorInfo
+    hw: dict
+    task: int
+    baseline: Judged
+    rule: StopRule
+    remember: Callable[[Judged], None]
+    incumbent: Judged = None  # type: ignore[assignment]  # the baseline until something beats it
+    history: list[Judged] = field(default_factory=list)
+    best_at: int = 0  # the evaluation that found the incumbent
+
+    def __post_init__(self) -> None:
+        self.incumbent = self.incumbent or self.baseline
+
+    def judged(self, batch: list[Judged], seconds: float) -> None:
+        """A judged batch: the stop rule counts it; a candidate crowned BETTER is the new incumbent."""
+        self.rule.record([j.outcome == Outcome.BETTER for j in batch], seconds)
+        for i, j in enumerate(batch, self.rule.evaluations - len(batch) + 1):
+            self.history.append(j)
+            if j.outcome == Outcome.BETTER:
+                self.incumbent, self.best_at = j, i
 
 
 @dataclass
@@ -306,10 +335,6 @@ class KopeSession:
         baseline.outcome = Outcome.OK
         self.graph.record(task, self.run_id, baseline)
         self.clock.baselines.append(time.monotonic() - started)
-        incumbent = baseline
-        history: list[Judged] = []
-        evaluations_to_best = 0
-        rule = StopRule(self.budget, self.patience, slot)
         info = OperatorInfo(
             op.name,
             op.family,
@@ -325,74 +350,15 @@ class KopeSession:
             self.graph.record(task, self.run_id, j)
             self.config.hook.pytest_kope_candidate_judged(operator=op.name, result=j, config=self.config)
 
-        known = self.graph.best(task) if can_time else None
-        prior = self.graph.judged(task, known["candidate_hash"]) if known else None
-        if prior is not None and not self._may_run(prior.candidate, op.text):
-            self.say(
-                f"kope {op.name}: not resuming from {prior.candidate.short}: written by an agent, no jail here"
-            )
-            prior = None
-        if prior is not None and self._descends(task, prior, baseline.candidate.hash):
-            resumed, t0 = prior.candidate, time.monotonic()
-            again = self._judge_batch(judge, [resumed], incumbent, can_time, remember)[0]
-            rule.record([again.outcome == Outcome.BETTER], time.monotonic() - t0)
-            history.append(again)
-            if again.outcome == Outcome.BETTER:
-                incumbent, evaluations_to_best = again, rule.evaluations
-                self.say(
-                    f"kope {op.name}: resuming from the known best {resumed.short} ({again.speedup:.2f}x)"
-                )
-
-        def seen(h: str) -> bool:
-            return self.graph.lookup(task, h) is not None
-
-        # An LLM's candidate may declare its own knobs: a tuner sweeps them within the same budget.
-        sweeper = None
-        if not isinstance(self.agent, Tuner):
-            sweeper = Tuner(seed=self.config.stash[SEED], explore_rate=self.explore_rate)
-        agents = [a for a in (self.agent, sweeper) if a is not None]
-        stalls = 0
-        if not can_time:
-            rule.stop(Stop.NOT_TIMED, timer.why_not or "no performance test selected")
-        while can_time and (room := rule.room(self._batch())):
-            ctx = Context(
-                info,
-                hw,
-                baseline,
-                incumbent,
-                history,
-                self.budget - rule.evaluations,
-                self._recaller(op, hw),
-                seen,
-            )
-            swept = sweeper.propose(ctx, max(1, room // 2)) if sweeper and _declares_knobs(incumbent) else []
-            batch = swept + self.agent.propose(ctx, room - len(swept))
-            known_verdicts = [v for c in batch if seen(c.hash) and (v := self.graph.judged(task, c.hash))]
-            if known_verdicts:  # judged in an earlier run: the agents learn from the record, no re-run
-                for agent in agents:
-                    agent.observe(ctx, known_verdicts)
-            batch = [c for c in batch if not seen(c.hash)]
-            if not batch:
-                stalls += 1
-                done = getattr(self.agent, "done", None)  # the tuner says when it has converged
-                if done or stalls >= 2:
-                    rule.stop(*((Stop.CONVERGED, done) if done else _nothing_new(self.agent)))
-                continue
-            t0 = time.monotonic()
-            judged = self._judge_batch(judge, batch, incumbent, can_time, remember)
-            rule.record([j.outcome == Outcome.BETTER for j in judged], time.monotonic() - t0)
-            for i, j in enumerate(judged, rule.evaluations - len(judged) + 1):
-                history.append(j)
-                if j.outcome == Outcome.BETTER:
-                    incumbent, evaluations_to_best = j, i
-            self.graph.distill(task, self.run_id)
-            for agent in agents:
-                agent.observe(ctx, judged)
-            self.say(
-                f"kope {op.name}: {rule.evaluations}/{self.budget} evaluations, best {incumbent.speedup:.2f}x "
-                f"({incumbent.candidate.short}: {incumbent.candidate.idea})"
-            )
-        why = rule.why or stopped(Stop.BUDGET)
+        p = _Progress(
+            op, judge, info, hw, task, baseline, StopRule(self.budget, self.patience, slot), remember
+        )
+        if can_time:
+            self._resume(p)
+            self._search(p)
+        else:
+            p.rule.stop(Stop.NOT_TIMED, timer.why_not or "no performance test selected")
+        why = p.rule.why or stopped(Stop.BUDGET)
         if why["reason"] != Stop.NOT_TIMED:
             self.say(f"kope {op.name}: search stopped: {why['detail']}")
 
@@ -402,10 +368,10 @@ class KopeSession:
                 judge,
                 plan,
                 baseline,
-                incumbent,
-                history,
-                rule.evaluations,
-                evaluations_to_best,
+                p.incumbent,
+                p.history,
+                p.rule.evaluations,
+                p.best_at,
                 time.monotonic() - started,
                 hw,
                 task,
@@ -414,6 +380,70 @@ class KopeSession:
             judge.close()
         summary["stopped"] = why
         return summary
+
+    def _resume(self, p: _Progress) -> None:
+        """Judge the best known attempt of this operator's line again: the search starts from it."""
+        op, task = p.op, p.task
+        known = self.graph.best(task)
+        prior = self.graph.judged(task, known["candidate_hash"]) if known else None
+        if prior is not None and not self._may_run(prior.candidate, op.text):
+            self.say(
+                f"kope {op.name}: not resuming from {prior.candidate.short}: written by an agent, no jail here"
+            )
+            prior = None
+        if prior is not None and self._descends(task, prior, p.baseline.candidate.hash):
+            t0 = time.monotonic()
+            again = self._judge_batch(p.judge, [prior.candidate], p.incumbent, True, p.remember)
+            p.judged(again, time.monotonic() - t0)
+            if again[0].outcome == Outcome.BETTER:
+                self.say(
+                    f"kope {op.name}: resuming from the known best {prior.candidate.short} "
+                    f"({again[0].speedup:.2f}x)"
+                )
+
+    def _search(self, p: _Progress) -> None:
+        """Propose, judge, remember, until the stop rule says stop (and why)."""
+        op = p.op
+
+        def seen(h: str) -> bool:
+            return self.graph.lookup(p.task, h) is not None
+
+        # An LLM's candidate may declare its own knobs: a tuner sweeps them within the same budget.
+        sweeper = None
+        if not isinstance(self.agent, Tuner):
+            sweeper = Tuner(seed=self.config.stash[SEED], explore_rate=self.explore_rate)
+        agents = [a for a in (self.agent, sweeper) if a is not None]
+        stalls = 0
+        while room := p.rule.room(self._batch()):
+            left = self.budget - p.rule.evaluations
+            ctx = Context(
+                p.info, p.hw, p.baseline, p.incumbent, p.history, left, self._recaller(op, p.hw), seen
+            )
+            swept = (
+                sweeper.propose(ctx, max(1, room // 2)) if sweeper and _declares_knobs(p.incumbent) else []
+            )
+            batch = swept + self.agent.propose(ctx, room - len(swept))
+            known_verdicts = [v for c in batch if seen(c.hash) and (v := self.graph.judged(p.task, c.hash))]
+            if known_verdicts:  # judged in an earlier run: the agents learn from the record, no re-run
+                for agent in agents:
+                    agent.observe(ctx, known_verdicts)
+            batch = [c for c in batch if not seen(c.hash)]
+            if not batch:
+                stalls += 1
+                done = getattr(self.agent, "done", None)  # the tuner says when it has converged
+                if done or stalls >= 2:
+                    p.rule.stop(*((Stop.CONVERGED, done) if done else _nothing_new(self.agent)))
+                continue
+            t0 = time.monotonic()
+            judged = self._judge_batch(p.judge, batch, p.incumbent, True, p.remember)
+            p.judged(judged, time.monotonic() - t0)
+            self.graph.distill(p.task, self.run_id)
+            for agent in agents:
+                agent.observe(ctx, judged)
+            self.say(
+                f"kope {op.name}: {p.rule.evaluations}/{self.budget} evaluations, best "
+                f"{p.incumbent.speedup:.2f}x ({p.incumbent.candidate.short}: {p.incumbent.candidate.idea})"
+            )
 
     def _may_run(self, candidate: Candidate, committed: str) -> bool:
         """Code an agent wrote (any source but the committed one) runs only in the jail, or where the

@@ -149,7 +149,7 @@ def test_the_tuner_explores_a_losing_value_at_the_exploration_rate(graph) -> Non
     batch = tuner.propose(ctx, 4)
     explored = [c for c in batch if c.idea.startswith("explore")]
     assert len(batch) == 3 and len(explored) == 1
-    assert explored[0].params == {"THREADS": 2, "VEC": 0}
+    assert explored[0].params == {"THREADS": 2, "VEC": 0}  # the incumbent with that one value changed
     assert explored[0].idea == "explore (THREADS=2 lost before): tune THREADS=2"
     assert tuner.usage()["explorations"] == 1
 

@@ -8,7 +8,8 @@ bound. Recalled exemplar points from similar operators and hardware go first.
 It does not spend evaluations on what the graph already knows: a point that changes a parameter to a
 value the lessons mark as losing on this hardware, for this operator or its family (slower beyond
 noise, or broken, in most of at least two tries), is proposed only as a deliberate exploration, at
-most `explore_rate` of the proposals. When every untried point is such a point, the tuner has
+most `explore_rate` of the proposals: the incumbent with that one value changed, so the verdict is
+about that value alone (a point changing several values charges a loss to all of them). When every untried point is such a point, the tuner has
 converged: it proposes nothing and says so in `done` (the search then stops). State is kept per
 operator: what one operator's search saw never skews another's.
 """
@@ -113,7 +114,7 @@ class Tuner:
             self.done = self._why_converged(s, base, vetoed)
             return []
         due = max(0, math.floor(self.explore_rate * (s.proposals + n)) - s.explored)
-        explore = vetoed[: min(due, n - 1)]  # never a whole batch of explorations
+        explore = self._explorations(ctx, s, base, space)[: min(due, n - 1)]  # never a whole batch
         chosen = fresh[: n - len(explore)]
         s.proposals += len(chosen) + len(explore)
         s.explored += len(explore)
@@ -144,6 +145,18 @@ class Tuner:
             if len(fresh) >= n and len(vetoed) >= n:
                 break
         return fresh, vetoed
+
+    def _explorations(self, ctx: Context, s: _Search, base: Candidate, space: TuningSpace) -> list[dict]:
+        """Re-tests of a losing value: the base with exactly that one value changed (so a verdict is
+        about it alone), best scored first."""
+        points = []
+        for name, value in s.losing:
+            options = [v for v in space.axes.get(name, []) if _value_key(name, v) == (name, value)]
+            for v in options:
+                point = {**base.params, name: v}
+                if v != base.params.get(name) and space.allows(point) and self._untried(ctx, base, point):
+                    points.append(point)
+        return sorted(points, key=lambda p: self._score(s, p), reverse=True)
 
     def _losing_changes(self, s: _Search, base: Candidate, point: dict) -> list[str]:
         """The point's changes (against the base it would be derived from) that lessons mark as losing."""
