@@ -99,6 +99,8 @@ def test_tuner_commits_verified_winner_and_leaves_checkout_untouched(
     again = run_optimize(pytester, "--kope-budget", "3", "--kope-agent", "tuner")
     assert again.ret == 0, again.stdout.str()
     assert git(root, "rev-parse", "kope/scale") == tip
+    # every point was tried in the first run: the search stops at once, and says why
+    again.stdout.fnmatch_lines(["*kope scale: search stopped: tried every point of the tuning space*"])
     db = sqlite3.connect(root / ".kope" / "experience.db")
     dupes = db.execute(
         "SELECT count(*) FROM (SELECT task_id, candidate_hash FROM attempts "
