@@ -9,7 +9,7 @@ share of the run's time (`--kope-time-budget`) is used up.
 operators left, but at least what one operator needs to reach a verified winner (its baseline, one
 batch and a verification, as measured so far in this run); an operator for which not even that is
 left is not started. Within its slot an operator stops proposing while there is still time to verify
-its incumbent; the verification itself may use any time the run has left.
+its incumbent; its first round, and the verification, may use any time the run has left.
 """
 
 from __future__ import annotations
@@ -64,9 +64,12 @@ class Slot:
     clock: RunClock
     deadline: float
 
-    def evaluations_that_fit(self) -> int:
-        """How many more evaluations fit before the deadline, leaving time to verify."""
-        spare = self.deadline - self.clock.now() - self.clock.verify_s()
+    def evaluations_that_fit(self, first_round: bool = False) -> int:
+        """How many more evaluations fit before the deadline, leaving time to verify. An operator's
+        first round may use the run's time beyond its own share: its baseline is paid for, and one
+        round and a verification are the cheapest way to a verified winner left in the run."""
+        deadline = self.clock.now() + self.clock.left() if first_round else self.deadline
+        spare = deadline - self.clock.now() - self.clock.verify_s()
         return max(0, math.floor(spare / self.clock.eval_s())) if spare > 0 else 0
 
 
@@ -149,7 +152,7 @@ class StopRule:
             )
         n = min(batch, left, self.patience - self.streak if self.patience else batch)
         if self.slot is not None:
-            fits = self.slot.evaluations_that_fit()
+            fits = self.slot.evaluations_that_fit(first_round=self.evaluations == 0)
             if fits < 1:
                 return self.stop(Stop.TIME, "its share of --kope-time-budget is used up")
             n = min(n, fits)

@@ -71,6 +71,10 @@ def test_the_time_budget_is_shared_and_leaves_time_to_verify() -> None:
     t[0] = 90.0
     assert rule.room(4) == 0 and rule.why["reason"] == "time"
     assert clock.can_verify()  # verifying may use the rest of the run's time
+    late = StopRule(budget=24, patience=0, slot=slot)  # an operator whose baseline used up its share
+    assert late.room(4) == 3  # still gets its first round from the run's time: (120 - 90 - 15) / 5
+    late.record([False], 5.0)
+    assert late.room(4) == 0 and late.why["reason"] == "time"
     t[0] = 100.0  # 20 s left: less than a baseline, a round and a verification (10 + 20 + 15)
     assert clock.slot(operators_left=3, batch=4) is None
     t[0] = 110.0
