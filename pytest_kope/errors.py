@@ -40,5 +40,10 @@ class ConfigError(KopeError):
     """A command-line or ini option has a value that cannot work."""
 
 
+class ForgeError(KopeError):
+    """The forge (GitHub, GitLab) refused a pull-request call for good: bad token, no permission, no such
+    repository, or still failing after the retries. Reported for that operator; the run goes on."""
+
+
 class GuardViolation(AssertionError):
     """A kernel call broke the oracle's rules (unwritten output, mutated input, FP state left changed)."""

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -11,6 +13,7 @@ from .candidate import Candidate
 from .spec import KernelSpec, parse_spec
 
 MARKER = "kope"
+_OURS = re.compile(r"-?kope-(?:[0-9a-f]{8}|seed\d+)")
 _TOOLCHAIN_BY_SUFFIX = {".c": "c", ".cc": "c", ".cpp": "c", ".cxx": "c", ".py": "triton"}
 
 
@@ -21,6 +24,9 @@ class Operator:
     toolchain: str
     family: str
     rtol: float | None = None  # norm-wise tolerance of candidate against committed kernel (marker `rtol=`)
+    includes: tuple[Path, ...] = ()  # read-only include directories inside the repo (marker `include=`)
+    companions: tuple[Path, ...] = ()  # the operator's other sources, built with the candidate's
+    build: tuple[str, Path, str] | None = None  # the repo's own build: (command, root, library)
 
     @property
     def text(self) -> str:
@@ -29,6 +35,51 @@ class Operator:
     @property
     def spec(self) -> KernelSpec:
         return parse_spec(self.text, str(self.source))
+
+    def build_context(self, spec: KernelSpec) -> KernelSpec:
+        """`spec` with this operator's include directories and companion sources."""
+        from dataclasses import replace
+
+        return replace(
+            spec,
+            include_dirs=tuple(str(p) for p in (self.source.parent, *self.includes)),
+            companions=tuple(str(p) for p in self.companions),
+            build=(
+                (
+                    self.build[0],
+                    str(self.build[1]),
+                    str(self.source.relative_to(self.build[1])),
+                    self.build[2],
+                )
+                if self.build
+                else None
+            ),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "source": str(self.source),
+            "toolchain": self.toolchain,
+            "family": self.family,
+            "rtol": self.rtol,
+            "includes": [str(p) for p in self.includes],
+            "companions": [str(p) for p in self.companions],
+            "build": [self.build[0], str(self.build[1]), self.build[2]] if self.build else None,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Operator:
+        return cls(
+            data["name"],
+            Path(data["source"]),
+            data["toolchain"],
+            data["family"],
+            data.get("rtol"),
+            tuple(Path(p) for p in data.get("includes", ())),
+            tuple(Path(p) for p in data.get("companions", ())),
+            (data["build"][0], Path(data["build"][1]), data["build"][2]) if data.get("build") else None,
+        )
 
     def baseline(self) -> Candidate:
         """The committed kernel, built at its declared defaults."""
@@ -73,14 +124,17 @@ def operator_of(item: pytest.Item) -> Operator | None:
             'pytest.mark.kope("softmax", source="softmax.c")'
         )
     name = mark.args[0]
-    source = mark.kwargs.get("source") or (mark.args[1] if len(mark.args) > 1 else None)
-    if not source:
+    where = Path(str(item.path)).parent
+    given = mark.kwargs.get("source") or (mark.args[1] if len(mark.args) > 1 else None)
+    if not given:
         raise pytest.UsageError(f'{item.nodeid}: pytest.mark.kope("{name}") needs source="<kernel file>"')
-    path = (Path(str(item.path)).parent / source).resolve()
-    if not path.is_file():
-        raise pytest.UsageError(
-            f"{item.nodeid}: kernel source {path} of operator {name!r} does not exist; fix source= in the marker"
-        )
+    files = [(where / s).resolve() for s in ([given] if isinstance(given, (str, Path)) else given)]
+    for path in files:
+        if not path.is_file():
+            raise pytest.UsageError(
+                f"{item.nodeid}: kernel source {path} of operator {name!r} does not exist; fix source= in the marker"
+            )
+    path = files[0]  # the file candidates rewrite; the others are built with it, unchanged
     toolchain = mark.kwargs.get("toolchain") or _TOOLCHAIN_BY_SUFFIX.get(path.suffix)
     if toolchain is None:
         raise pytest.UsageError(
@@ -91,7 +145,55 @@ def operator_of(item: pytest.Item) -> Operator | None:
         raise pytest.UsageError(
             f"{item.nodeid}: pytest.mark.kope(rtol=...) takes a number in (0, 1), got {rtol!r}"
         )
-    return Operator(name, path, toolchain, mark.kwargs.get("family", name), rtol)
+    includes = _include_dirs(item, where, mark.kwargs.get("include"))
+    build = _own_build(item, where, path, mark.kwargs)
+    family = mark.kwargs.get("family", name)
+    return Operator(name, path, toolchain, family, rtol, includes, tuple(files[1:]), build)
+
+
+def _own_build(
+    item: pytest.Item, where: Path, source: Path, kwargs: dict[str, Any]
+) -> tuple[str, Path, str] | None:
+    """`build="cmake ...", library="build/libop.so", root="."`: the repo builds the kernel itself."""
+    command, library = kwargs.get("build"), kwargs.get("library")
+    if command is None and library is None:
+        return None
+    if not (isinstance(command, str) and isinstance(library, str)):
+        raise pytest.UsageError(
+            f'{item.nodeid}: pytest.mark.kope(build=...) needs both build="<shell command>" and '
+            'library="<built shared library, relative to root>"'
+        )
+    root = (where / kwargs.get("root", ".")).resolve()
+    if not source.is_relative_to(root):
+        raise pytest.UsageError(
+            f"{item.nodeid}: the kernel source {source} is not under the build root {root}; fix root="
+        )
+    return command, root, library
+
+
+def _include_dirs(item: pytest.Item, where: Path, given: Any) -> tuple[Path, ...]:
+    """Include directories from the marker (relative to the test file) and the ini option `kope_include`
+    (relative to the ini file's folder); each must exist."""
+    config = item.config
+    base = Path(str(config.inipath)).parent if config.inipath else Path(str(config.rootpath))
+    marker = [(where / d).resolve() for d in ([given] if isinstance(given, (str, Path)) else given or [])]
+    try:
+        ini = [(base / d).resolve() for d in config.getini("kope_include")]
+    except ValueError:  # the option is not registered (a child without the plugin's options)
+        ini = []
+    for d in (*marker, *ini):
+        if not d.is_dir():
+            raise pytest.UsageError(
+                f"{item.nodeid}: include directory {d} does not exist; fix include= in the marker or kope_include"
+            )
+    return tuple(dict.fromkeys((*marker, *ini)))
+
+
+def base_nodeid(nodeid: str) -> str:
+    """A test's id without the candidate and seed parameters a judging child adds: the controller's id,
+    and what the `rng` fixture derives its stream from, so one seed gives every kernel the same inputs."""
+    stripped = _OURS.sub("", nodeid).replace("[-", "[")
+    return stripped.replace("[]", "")
 
 
 def is_performance_test(item: pytest.Item) -> bool:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from .operator import MARKER, is_performance_test, operator_of
+from .operator import MARKER, base_nodeid, is_performance_test, operator_of
 from .settings import BENCH, BUILT, SEED, bench_session
 
 if TYPE_CHECKING:
@@ -44,6 +44,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="store_true",
         dest="kope_optimize",
         help="optimize the kernels of the selected operators instead of only testing them",
+    )
+    g.addoption(
+        "--kope-check",
+        action="store_true",
+        dest="kope_check",
+        help="check the repo's kope operators without optimizing: toolchains, tests, fresh inputs, "
+        "whether each committed kernel passes in a judging child, the isolation available",
     )
     _option(g, parser, "kope-budget", "most evaluations per operator (default 24)", type=int)
     _option(
@@ -117,6 +124,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     _option(g, parser, "kope-jobs", "parallel correctness workers (default: number of cores)", type=int)
     parser.addini(
+        "kope_include",
+        type="linelist",
+        default=[],
+        help="include directories (relative to the ini file) for every operator's kernel build, read-only",
+    )
+    parser.addini(
         "kope_plugins",
         type="linelist",
         default=[],
@@ -125,6 +138,40 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     _option(
         g, parser, "kope-devices", "accelerator devices for performance judging, e.g. 0,1 (default: auto)"
     )
+    _option(
+        g,
+        parser,
+        "kope-push",
+        "push each new winner's branch to this git remote, with a lease on the tip it read, after "
+        "fetching the remote's kope/* branches (default: no push)",
+    )
+    _option(
+        g,
+        parser,
+        "kope-pr",
+        "open (or update) one pull request per new winner on the forge: GitHub, GitHub Enterprise "
+        "or GitLab; pushes to --kope-push or origin; token from GITHUB_TOKEN, GITLAB_TOKEN or "
+        "the variable ini kope_forge_token_env names",
+        ini_type="bool",
+        action="store_true",
+        default=None,
+    )
+    _option(
+        g,
+        parser,
+        "kope-since",
+        "optimize only the operators whose kernel source or test modules changed since this git "
+        "revision (plus any -k names)",
+    )
+    parser.addini("kope_forge", help="github or gitlab (default: gitlab under GitLab CI, else github)")
+    parser.addini(
+        "kope_forge_url", help="forge API URL (default: $GITHUB_API_URL, $CI_SERVER_URL, or from the remote)"
+    )
+    parser.addini(
+        "kope_forge_repo", help="owner/name or GitLab project (default: $GITHUB_REPOSITORY, $CI_PROJECT_ID)"
+    )
+    parser.addini("kope_forge_token_env", help="name of the environment variable that holds the forge token")
+    parser.addini("kope_pr_base", help="branch pull requests target (default: the branch the run started on)")
     parser.addini(
         "kope_allow_symbols",
         type="linelist",
@@ -148,7 +195,8 @@ def pytest_configure(config: pytest.Config) -> None:
     seed = config.getoption("kope_seed")
     config.stash[SEED] = seed if seed is not None else random.SystemRandom().randrange(1 << 31)
     config.stash[BUILT] = {}
-    if config.getoption("kope_optimize") and not hasattr(config, "workerinput"):
+    wanted = config.getoption("kope_optimize") or config.getoption("kope_check")
+    if wanted and not hasattr(config, "workerinput"):
         from .workflow import KopeSession
 
         config.pluginmanager.register(KopeSession(config), "kope-session")
@@ -192,7 +240,7 @@ def rng(request: pytest.FixtureRequest, kope_seed: int):
     """A numpy Generator, fresh every run (the seed is in the header), distinct for every test."""
     import numpy as np
 
-    return np.random.default_rng([kope_seed, zlib.crc32(request.node.nodeid.encode())])
+    return np.random.default_rng([kope_seed, zlib.crc32(base_nodeid(request.node.nodeid).encode())])
 
 
 @pytest.fixture

@@ -215,6 +215,29 @@ def write(run_dir: Any, data: dict[str, Any], extra_json: str | None = None) -> 
     return js, md
 
 
+def review_lines(operators: list[dict[str, Any]]) -> list[str]:
+    """report.md's section on what reviewers get: pushes, pull requests, and each speedup plot."""
+    lines: list[str] = []
+    for o in operators:
+        said = []  # where the commit went and the push are in the operator's note above
+        pr = o.get("pull_request")
+        if pr:
+            said.append(
+                f"pull request [#{pr['number']}]({pr['url']}) {'opened' if pr['created'] else 'updated'}"
+            )
+        if o.get("review_error"):
+            said.append(f"pull request not opened: {o['review_error']}")
+        if said:
+            lines.append(f"- **{o['name']}**: " + "; ".join(said))
+    plots = [o for o in operators if o.get("plot")]
+    if lines:
+        lines = ["", "## Review", "", *lines]
+    if plots:
+        lines += ["", "## Speedup over evaluations", ""]
+        lines += [f"![{o['name']}: speedup over evaluations]({o['plot']})" for o in plots]
+    return lines
+
+
 def commit_message(
     op: Any, winner: Any, baseline: Any, history: list[Any], run_id: str, hardware: str
 ) -> str:
@@ -234,7 +257,11 @@ def commit_message(
         for j in _lineage(winner, [baseline, *history])
     )
     params = " ".join(f"{k}={v}" for k, v in sorted(winner.candidate.params.items()))
-    tests = "\n".join(f"- {t}" for t in winner.tests_passed) or "- (none recorded)"
+    fixed = set(winner.fixed_inputs)
+    tests = (
+        "\n".join(f"- {t}" + (" (its own fixed inputs)" if t in fixed else "") for t in winner.tests_passed)
+        or "- (none recorded)"
+    )
     return "\n".join(
         [
             f"kope({op.name}): {speedup:.2f}x faster on {hardware}",
@@ -245,8 +272,12 @@ def commit_message(
             "",
             tabulate(rows, headers=["test", "baseline", "winner", "ratio"], tablefmt="github"),
             "",
-            f"Correctness tests passed in a fresh process with fresh random inputs ({len(winner.tests_passed)}):",
+            f"Correctness tests passed in a fresh process ({len(winner.tests_passed)}), with fresh random "
+            "inputs unless marked:",
             tests,
+            "",
+            "Differential check: the winner matched the committed kernel on the tests' calls, scaled x1000,",
+            "x0.001 and offset, and repeated with more threads than cores.",
             "",
             f"Parameters: {params or '(none)'}",
             f"Lineage: {lineage}",

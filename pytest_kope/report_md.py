@@ -8,7 +8,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-from .report import closing_parts, final_table, seconds, stop_text
+from .report import closing_parts, final_table, review_lines, seconds, stop_text
 
 USAGE_HEADERS = ["agent", "calls", "tokens in", "tokens out", "cached", "retries", "faults"]
 
@@ -132,6 +132,8 @@ def markdown(data: dict[str, Any]) -> str:
         final_table(operators, fmt="github"),
         "",
     ]
+    review = review_lines(operators)  # pushes, pull requests, speedup plots
+    lines += [*review[1:], ""] if review else []
     lines += _usage_section(data)
     lessons = data.get("lessons") or {}
     for o in operators:

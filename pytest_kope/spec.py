@@ -79,6 +79,10 @@ class KernelSpec:
     kernels: tuple[str, ...] = ()
     space: TuningSpace = field(default_factory=TuningSpace)
     inplace: frozenset[str] = frozenset()
+    # Not from the header: the operator's build context, set by the builder from the marker and ini.
+    include_dirs: tuple[str, ...] = ()  # absolute, read-only: the repo's headers a kernel may include
+    companions: tuple[str, ...] = ()  # absolute paths of the operator's other sources, built alongside
+    build: tuple[str, str, str, str] | None = None  # the repo's own build: command, root, target, library
 
 
 def parse_spec(text: str, filename: str = "<source>") -> KernelSpec:

@@ -23,14 +23,14 @@ from .agents.base import Context, OperatorInfo
 from .agents.tuner import Tuner
 from .candidate import Candidate
 from .errors import BaselineBroken, ConfigError, KopeError, SpecError
-from .hardware import describe, label
+from .hardware import label
 from .judge import sandbox
 from .judge.building import toolchain_of
 from .judge.outcome import Judged, Outcome
 from .judge.runner import Judge, Plan
 from .judge.stats import PairedRatio
 from .operator import Operator, is_performance_test, operator_of
-from .paths import ensure_kope_dir, kope_dir
+from .paths import ensure_kope_dir, kope_home
 from .settings import SEED
 from .spec import parse_spec
 from .stopping import RunClock, Slot, Stop, StopRule, stopped
@@ -110,6 +110,9 @@ class KopeSession:
         self.jobs = int(_setting(config, "kope_jobs", len(os.sched_getaffinity(0))))
         self.prefix = str(_setting(config, "kope_branch_prefix", "kope/"))
         self.no_commit = bool(config.getoption("kope_no_commit"))
+        self.check_only = bool(config.getoption("kope_check"))
+        self.since = _setting(config, "kope_since", None)
+        self.since_line = ""
         self.patience = int(_setting(config, "kope_patience", 8))
         minutes = _setting(config, "kope_time_budget", None)
         self.clock = RunClock(float(minutes) if minutes is not None else None)
@@ -152,11 +155,46 @@ class KopeSession:
             if op is not None:
                 self.operators.setdefault(op.name, OperatorRun(op, [])).items.append(item)
 
+    @pytest.hookimpl(wrapper=True, specname="pytest_collection_modifyitems")
+    def pytest_collection_modifyitems_since(
+        self, session: pytest.Session, config: pytest.Config, items: list
+    ):
+        """--kope-since REF: narrow (or, with -k, widen) the operators to those changed since REF.
+        (Named pytest_* with a specname: pytest reads hook options only from pytest_* names.)"""
+        before = list(items)
+        yield
+        if not self.since:
+            return
+        from .since import select
+
+        try:
+            items[:], self.since_line = select(
+                config.rootpath,
+                self.since,
+                before,
+                items,
+                bool(config.option.keyword),
+                lambda dropped: config.hook.pytest_deselected(items=dropped),
+            )
+        except ConfigError as e:
+            raise pytest.UsageError(str(e)) from None
+        self.operators.clear()
+        for item in items:
+            op = operator_of(item)
+            if op is not None:
+                self.operators.setdefault(op.name, OperatorRun(op, [])).items.append(item)
+
     def pytest_runtestloop(self, session: pytest.Session) -> bool:
         if session.config.option.collectonly:
             return False
         self.tw = session.config.pluginmanager.get_plugin("terminalreporter")
         self._start(session)
+        if self.check_only:
+            from .doctor import check
+
+            session.testsfailed = check(self)
+            self.graph.close()
+            return True
         failed = 0
         runs = list(self.operators.values())
         for i, run in enumerate(runs):
@@ -198,15 +236,30 @@ class KopeSession:
         from .memory.graph import Graph
         from .vcs import Vcs
 
-        base = kope_dir(self.config)
+        home, warning = kope_home(
+            Path(str(self.config.rootpath)), [r.op.source for r in self.operators.values()]
+        )
+        self.home = home
+        if warning:
+            self.say(f"kope: {warning}", red=True)
+        base = self.kope_base = ensure_kope_dir(home / ".kope")
         db = _setting(self.config, "kope_db", None)
         self.graph = Graph(Path(db) if db else base / "experience.db")
         self.run_dir = ensure_kope_dir(base) / "runs" / self.run_id
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.vcs = None if self.no_commit else Vcs.find(Path(str(self.config.rootpath)))
+        self.vcs = None if self.no_commit else Vcs.find(home)
+        self.no_commit_why = (
+            "--kope-no-commit" if self.no_commit else "" if self.vcs else f"no git repository at {home}"
+        )
         if self.vcs is not None:
             for path in self.vcs.prune_stale_worktrees():
                 self.say(f"kope: removed a worktree a killed run left behind: {path}")
+        from .publish import Publisher
+
+        self.publisher = Publisher(self.config, self.vcs, self.run_id, self.prefix, self.run_dir, self.graph)
+        self.publisher.say = self.say
+        if self.since_line:
+            self.say(self.since_line)
         self.say(
             f"kope: run {self.run_id}, agent {self.agent_name} ({self.agent.name}), budget {self.budget} "
             f"evaluations per operator, {len(self.operators)} operator(s)"
@@ -254,21 +307,21 @@ class KopeSession:
         if not available.ok:
             raise KopeError(f"toolchain {tc.name} is unavailable here: {available.reason}")
         files = sorted({Path(str(i.path)) for i in run.items})
-        correctness = [i.nodeid for i in run.items if not is_performance_test(i)]
-        performance = [i.nodeid for i in run.items if is_performance_test(i)]
+        correctness = [self._nodeid(i) for i in run.items if not is_performance_test(i)]
+        performance = [self._nodeid(i) for i in run.items if is_performance_test(i)]
         if not correctness:
             raise KopeError(
                 f"operator {op.name} has no correctness tests selected; nothing would judge a candidate"
             )
         plan = Plan(
             op,
-            Path(str(self.config.rootpath)),
+            self.home,
             Path(str(self.config.inipath)) if self.config.inipath else None,
             files,
             correctness,
             performance,
             dict(tc.environment()),
-            sandbox.Limits(wall_s=self.timeout),
+            sandbox.Limits(wall_s=self.timeout, device=bool(getattr(tc, "count_devices", lambda: 0)())),
             self.seeds,
             self.jobs,
             self.run_dir / op.name,
@@ -289,13 +342,18 @@ class KopeSession:
         )  # measured again once a run: ceilings only rise
         self._ceilings_measured = True
         try:
-            found = ceilings_for(
-                self.graph, tc.fingerprint(), kope_dir(self.config) / "builds", refresh=fresh
-            )
+            found = ceilings_for(self.graph, tc.fingerprint(), self.kope_base / "builds", refresh=fresh)
             return found.to_json()
         except PhysicsProbeFailed as e:
             self.say(f"kope: no physical bound on timings: {e}", red=True)
             return None
+
+    def _nodeid(self, item: pytest.Item) -> str:
+        """The item's id as a judging child rooted at the run's home sees it (pytest's when they agree)."""
+        if self.home == Path(str(self.config.rootpath)).resolve():
+            return item.nodeid
+        path = Path(str(item.path)).resolve().relative_to(self.home).as_posix()
+        return f"{path}::{item.nodeid.split('::', 1)[1]}" if "::" in item.nodeid else path
 
     def _devices(self, tc: Any) -> tuple[int, ...]:
         """--kope-devices 0,1 (or ini kope_devices), else every device the toolchain counts (none on a CPU)."""
@@ -327,6 +385,12 @@ class KopeSession:
                 f"({baseline.outcome.value}): {(baseline.failures or ['?'])[0][:500]}"
             )
         baseline.speedup = 1.0
+        if baseline.fixed_inputs and len(baseline.fixed_inputs) == len(baseline.tests_passed):
+            self.say(
+                f"kope {op.name}: correctness rests on fixed inputs: no test takes the `rng` fixture, so every "
+                "candidate sees the inputs the tests make themselves; consider the `rng` fixture",
+                red=True,
+            )
         if can_time:
             judge.performance(baseline, baseline.candidate)
         else:
@@ -346,7 +410,15 @@ class KopeSession:
             {str(f): f.read_text() for f in plan.files},
         )
 
+        flaky: list[str] = [n for n in baseline.notes if n.startswith("flaky test:")]
+        for note in flaky:
+            self.say(f"kope {op.name}: {note}", red=True)
+
         def remember(j: Judged) -> None:  # at once, so a killed run resumes from every finished verdict
+            for note in j.notes:
+                if note.startswith("flaky test:") and note not in flaky:
+                    flaky.append(note)
+                    self.say(f"kope {op.name}: {note}", red=True)
             self.graph.record(task, self.run_id, j)
             self.config.hook.pytest_kope_candidate_judged(operator=op.name, result=j, config=self.config)
 
@@ -376,6 +448,9 @@ class KopeSession:
                 hw,
                 task,
             )
+            summary["flaky_tests"] = flaky  # the tests to fix, with the seeds that show it
+            summary["fixed_input_tests"] = baseline.fixed_inputs  # tests that make their own inputs
+            return summary
         finally:
             judge.close()
         summary["stopped"] = why
@@ -563,8 +638,10 @@ class KopeSession:
             if verified is not None:
                 verified.speedup = verified.ratio
                 if self.vcs is not None:
-                    branch, commit, why = self._commit(op, verified, baseline, history, hw)
+                    branch, commit, why = self._commit(op, verified, baseline, history, hw, plan.files)
                     note = why
+                else:
+                    note = f"verified, not committed: {self.no_commit_why}"
         best = verified or incumbent
         summary = report.operator_summary(
             op,
@@ -579,46 +656,16 @@ class KopeSession:
             note,
             seconds,
         )
+        summary.update(self.publisher.after(op.name, summary))
         if note:
             self.say(f"kope {op.name}: {note}")
         return summary
 
     def _commit(
-        self, op: Operator, verified: Judged, baseline: Judged, history: list[Judged], hw: dict
+        self, op: Operator, verified: Judged, baseline: Judged, history: list[Judged], hw: dict, files: list
     ) -> tuple[str | None, str | None, str]:
-        from .spec import bake_defaults
-
-        branch = f"{self.prefix}{op.name}"
-        trailers = self.vcs.branch_trailers(branch)
-        if trailers.get("Kope-Candidate") == verified.candidate.hash:
-            return branch, None, f"{branch} already holds this winner; no new commit"
-        if trailers and trailers.get("_parent") == self.vcs.base:
-            try:
-                if float(trailers.get("Kope-Speedup", "0")) >= verified.speedup:
-                    return branch, None, f"{branch} already holds a winner at least as fast; no new commit"
-            except ValueError:
-                pass
-        text = bake_defaults(verified.candidate.source, verified.candidate.params)
-        if op.source.suffix == ".py":  # Python kernels also carry the values as module-level literals
-            from .toolchains.pylaunch import bake
-
-            text = bake(text, verified.candidate.params)
-        message = report.commit_message(op, verified, baseline, history, self.run_id, describe(hw))
-        if self.vcs.is_dirty(op.source):
-            warning = (
-                f"Note: {op.source.name} had uncommitted changes when the run started; the run judged "
-                "them and this commit includes them."
-            )
-            head, _, rest = message.partition("\n\n")
-            message = f"{head}\n\n{warning}\n\n{rest}"
-            self.say(
-                f"kope {op.name}: {op.source.name} has uncommitted changes; the winner on {branch} includes them"
-            )
-        try:
-            done = self.vcs.commit(branch, op.source, text, message)
-        except Exception as e:  # git trouble must not lose the run's results
-            return None, None, f"could not commit to {branch}: {e}"
-        return done.branch, done.sha, f"committed {done.sha[:10]} to {done.branch}"
+        """Commit (never losing a commit), push and open the pull request: see publish.py."""
+        return self.publisher.commit(op, verified, baseline, history, hw, files)
 
     # -- the end ---------------------------------------------------------------------------------
     def _finish(self) -> None:
@@ -649,6 +696,7 @@ class KopeSession:
             self.tw.write_line(report.final_table(data["operators"]))
             self.tw.write_line(f"kope: report {paths[0]} and {paths[1]}")
             report.install_closing_line(self.tw, data["operators"])
+        self.graph.checkpoint()  # the WAL folded into the file, so a CI cache of experience.db is whole
         self.graph.close()
 
     def _lessons_that_mattered(self) -> dict[str, list[dict[str, Any]]]:

@@ -210,3 +210,44 @@ def test_python_candidates_cannot_patch_the_oracle(patch):
     """Refused before anything runs; were one to pass the screen, the differential check above decides."""
     reasons = screening.screen_python_source(patch + TRITON_NO_MAX, "softmax.py")
     assert reasons, patch
+
+
+FLAKY_TEST = """
+
+def test_too_tight_for_some_inputs(kernel, rng, kope_seed):
+    x = rng.standard_normal((2, 9)).astype(np.float32)
+    y = np.empty_like(x)
+    kernel.softmax(x, y, 2, 9)
+    assert kope_seed % 1000 != 13, "this seed's inputs break the test's own tolerance"
+"""
+
+
+class ScriptedSeeds(Judge):
+    """The real judge, drawing its seeds from a script instead of the system's random source."""
+
+    def __init__(self, plan: Plan, script: list[list[int]]):
+        super().__init__(plan, lambda c: [])
+        self.script = script
+
+    def _draw_seeds(self) -> list[int]:
+        return self.script.pop(0)
+
+
+def test_a_flaky_test_is_the_tests_fault_not_the_candidates(tmp_path):
+    tests = TESTS.format(source="softmax.c", empty="np.empty_like(x)", args="x, y, *x.shape", out="y")
+    plan = _repo(tmp_path, "softmax.c", C_KERNEL, tests + FLAKY_TEST)
+    plan.correctness = [*IDS, "test_softmax.py::test_too_tight_for_some_inputs"]
+    # the committed kernel: first on a seed that breaks the test (retried), then the candidate on one
+    judge = ScriptedSeeds(plan, [[2013, 4], [5, 6], [1013, 8]])
+    try:
+        base = judge.baseline(plan.operator.baseline())
+        assert base.outcome == Outcome.OK, base.failures
+        (honest,) = judge.correctness([_candidate(plan, C_KERNEL + "\n")])
+    finally:
+        judge.close()
+    assert any("--kope-seed 2013" in n for n in base.notes), base.notes
+    assert honest.outcome == Outcome.OK, honest.failures
+    assert honest.notes == [
+        "flaky test: test_softmax.py::test_too_tight_for_some_inputs fails the committed kernel too with "
+        "--kope-seed 1013; fix its tolerance"
+    ]

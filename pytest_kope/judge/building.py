@@ -52,7 +52,7 @@ def build_cached(config: pytest.Config, op: Operator, candidate: Candidate) -> K
         # The interface (prototypes, which arguments are in-place) is the oracle's, from the committed
         # source: a candidate that re-declared `x` as non-const or in-place would switch off the input
         # guard for it. The candidate keeps its own tuning space.
-        interface = replace(own, kernels=spec.kernels or own.kernels, inplace=spec.inplace)
+        interface = op.build_context(replace(own, kernels=spec.kernels or own.kernels, inplace=spec.inplace))
         builds = (
             Path(os.environ["KOPE_BUILD_DIR"])
             if os.environ.get("KOPE_BUILD_DIR")

@@ -9,26 +9,17 @@ events as JSON lines so that a crash mid-run still leaves what happened before i
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from ..candidate import Candidate
-from ..operator import Operator, operator_of
+from ..operator import Operator, base_nodeid, operator_of
 from . import guards
 from .arrays import DEFAULT_RTOL
 from .guards import GuardedKernel
 from .protocol import read_key, sign
-
-_OURS = re.compile(r"-?kope-(?:[0-9a-f]{8}|seed\d+)")
-
-
-def base_nodeid(nodeid: str) -> str:
-    """The controller's id of a test: the child's id without the candidate and seed parameters."""
-    stripped = _OURS.sub("", nodeid).replace("[-", "[")
-    return stripped.replace("[]", "")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -45,6 +36,7 @@ class Child:
         self.operator = spec["operator"]
         self.out = open(spec["results"], "a", buffering=1)  # noqa: SIM115 - line-buffered for the whole session
         self.kinds: dict[str, str] = {}
+        self.seeds_of: dict[str, int] = {}  # item id -> the seed of its fresh inputs
         self.key = read_key(spec.get("key_fd"))
         self.record = Path(spec["record"]) if spec.get("record") else None
         self.replay = Path(spec["replay"]) if spec.get("replay") else None
@@ -100,7 +92,7 @@ class Child:
 
     @property
     def op(self) -> Operator:
-        return Operator(**{**self.operator, "source": Path(self.operator["source"])})
+        return Operator.from_json(self.operator)
 
     def pytest_runtest_logstart(self, nodeid: str) -> None:
         self.emit(event="start", test=base_nodeid(nodeid))
@@ -112,6 +104,9 @@ class Child:
         report = yield
         if call.excinfo is not None:
             self.kinds[item.nodeid] = call.excinfo.typename
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and "kope_seed" in callspec.params:
+            self.seeds_of[item.nodeid] = callspec.params["kope_seed"]
         return report
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -129,6 +124,7 @@ class Child:
             outcome=report.outcome,
             message=message[:4000],
             kind=self.kinds.get(report.nodeid, ""),
+            seed=self.seeds_of.get(report.nodeid),
             seconds=report.duration,
         )
 
@@ -149,7 +145,7 @@ class Child:
         if self.recorder is not None and self.record is not None:
             guards.RECORDER = None
             self.emit(event="recorded", count=self.recorder.write(self.record))
-        if self.replay is not None and session.testsfailed == 0 and not FAILED_BUILDS:
+        if self.replay is not None and not FAILED_BUILDS:  # even after a failure: it may be the test's
             self._replay()
         self.emit(event="done")
         self.out.close()

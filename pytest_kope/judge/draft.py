@@ -22,12 +22,12 @@ from pathlib import Path
 from ..candidate import Candidate
 from ..errors import SpecError
 from ..spec import parse_spec
+from ..toolchains.screening import strip_c_comments
 from . import sandbox
 
 OUTPUT_CHARS = 4_000
 _DIRECTIVE = re.compile(r"^[ \t]*#[ \t]*(include_next|include|import|embed)\b[ \t]*(.*)$", re.M)
 _HAS_INCLUDE = re.compile(r"__has_(include_next|include|embed)\s*\(\s*([^)\n]*)")
-_RAW_STRING = re.compile(r'(?:u8|[uUL])?R"([^ ()\\\t\n]{0,16})\(')
 
 
 @dataclass(frozen=True)
@@ -100,39 +100,8 @@ def unsafe_include(source: str) -> str | None:
 
 def _directive_view(source: str) -> str:
     """The source with trigraphs and digraphs for `#` and `\\` mapped, lines spliced, comments blanked."""
-    text = source.replace("??=", "#").replace("??/", "\\").replace("%:", "#")
-    text = re.sub(r"\\[ \t]*\r?\n", "", text).replace("\r\n", "\n")
-    out: list[str] = []
-    i, n = 0, len(text)
-    while i < n:
-        c = text[i]
-        if text.startswith("/*", i):
-            end = text.find("*/", i + 2)
-            i = n if end < 0 else end + 2
-            out.append(" ")
-        elif text.startswith("//", i):
-            end = text.find("\n", i)
-            i = n if end < 0 else end
-            out.append(" ")
-        elif (raw := _RAW_STRING.match(text, i)) and (
-            i == 0 or not (text[i - 1].isalnum() or text[i - 1] == "_")
-        ):
-            close = ")" + raw.group(1) + '"'
-            end = text.find(close, raw.end())
-            end = n if end < 0 else end + len(close)
-            out.append(text[i:end])
-            i = end
-        elif c in "\"'":
-            j = i + 1
-            while j < n and text[j] not in (c, "\n"):
-                j += 2 if text[j] == "\\" else 1
-            j = min(j + 1 if j < n and text[j] == c else j, n)
-            out.append(text[i:j])
-            i = j
-        else:
-            out.append(c)
-            i += 1
-    return "".join(out)
+    text = source.replace("??=", "#").replace("??/", "\\").replace("%:", "#").replace("\r\n", "\n")
+    return strip_c_comments(text)
 
 
 def _clean(output: str, paths: tuple[str, ...]) -> str:

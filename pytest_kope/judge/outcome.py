@@ -53,6 +53,10 @@ class Judged:
     seconds: float = 0.0  # wall time spent judging
     notes: list[str] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
+    # not stored: what the judge needs between steps of one judgement
+    failed_runs: list[tuple[str, int | None]] = field(default_factory=list, repr=False)  # (test, seed)
+    differential: list[str] = field(default_factory=list, repr=False)  # the differential check's findings
+    fixed_inputs: list[str] = field(default_factory=list, repr=False)  # tests that make their own inputs
 
     @property
     def ratio(self) -> float | None:

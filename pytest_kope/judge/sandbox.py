@@ -38,6 +38,11 @@ KEEP = (
     "CUDA_VISIBLE_DEVICES",
     "ASCEND_RT_VISIBLE_DEVICES",
     "ASCEND_HOME_PATH",
+    "ASCEND_TOOLKIT_HOME",  # CANN's set_env.sh: the toolkit, its operator and AI CPU paths
+    "ASCEND_OPP_PATH",
+    "ASCEND_AICPU_PATH",
+    "SOC_VERSION",  # the chip an Ascend C kernel is built for, from the CI job's env
+    "KOPE_ASCEND_TARGET",
     "LD_LIBRARY_PATH",
     "TORCH_DEVICE_BACKEND_AUTOLOAD",
     "KOPE_C_SCREEN_BINARY",
@@ -49,6 +54,10 @@ class Limits:
     wall_s: float = 120.0
     cpu_s: int = 600
     address_space: int = 8 << 30
+    # CUDA and NPU runtimes reserve terabytes of address space they never touch: under RLIMIT_AS the
+    # device looks absent (seen: Triton fell back to its interpreter on an H200). For device children
+    # the same figure caps RLIMIT_DATA instead, which counts memory that can be written, not reserved.
+    device: bool = False
     file_size: int = 1 << 30
     processes: int = 256
 
@@ -199,7 +208,7 @@ def run(
             (cgroup / "cgroup.procs").write_text(str(os.getpid()))
         for res, value in (
             (resource.RLIMIT_CPU, limits.cpu_s),
-            (resource.RLIMIT_AS, limits.address_space),
+            (resource.RLIMIT_DATA if limits.device else resource.RLIMIT_AS, limits.address_space),
             (resource.RLIMIT_FSIZE, limits.file_size),
             (resource.RLIMIT_NPROC, limits.processes),
             (resource.RLIMIT_CORE, 0),

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import KopeError
-from .graph import new_id
+from .rows import new_id
 
 if TYPE_CHECKING:
     from .graph import Graph

@@ -9,33 +9,18 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterator, Mapping
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-from sqlite_utils.db import Table
 
 from ..candidate import Candidate
 from ..judge.outcome import Judged, Outcome, Timing
 from .observe import observations_of, token_counts
+from .rows import CORRECT, expand_attempt, new_id, now  # noqa: F401 - CORRECT, now re-exported
 from .schema import EDGE_RELATIONS, open_database
 from .scope import hardware_key, hardware_row
 
 if TYPE_CHECKING:
     from .recall import Recall, RecallQuery
-
-CORRECT = (Outcome.BETTER.value, Outcome.OK.value)
-
-
-def now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
-
-
-def new_id(table: Table) -> int:
-    """The primary key of the row just inserted into `table`."""
-    if table.last_pk is None:
-        raise RuntimeError(f"no row was inserted into {table.name}")
-    return int(table.last_pk)
 
 
 def text_hash(text: str) -> str:
@@ -55,6 +40,12 @@ class Graph:
 
     def close(self) -> None:
         self.db.close()
+
+    def checkpoint(self) -> bool:
+        """Fold the write-ahead log into the database file and truncate it (before a CI cache saves
+        the file alone); False when another connection kept it from completing."""
+        busy, _, _ = self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        return not busy
 
     def __enter__(self) -> Graph:
         return self
@@ -260,7 +251,7 @@ class Graph:
             " WHERE a.task_id = ? AND a.candidate_hash = ?",
             (task_id, candidate_hash),
         )
-        return self._expand(row) if row else None
+        return expand_attempt(row) if row else None
 
     def judged(self, task_id: int, candidate_hash: str) -> Judged | None:
         """The recorded verdict rebuilt as a Judged (for resuming without judging again)."""
@@ -299,7 +290,7 @@ class Graph:
     def attempts(self, task_id: int) -> list[dict[str, Any]]:
         """Every attempt of a task, oldest first, with params decoded (no source text)."""
         return [
-            self._expand(r)
+            expand_attempt(r)
             for r in self.rows("SELECT * FROM attempts WHERE task_id = ? ORDER BY id", (task_id,))
         ]
 
@@ -311,14 +302,7 @@ class Graph:
             " ORDER BY a.speedup DESC, a.id LIMIT 1",
             (task_id, *CORRECT),
         )
-        return self._expand(row) if row else None
-
-    @staticmethod
-    def _expand(row: dict[str, Any]) -> dict[str, Any]:
-        for name, empty in (("params", {}), ("tests_passed", []), ("extra", {})):
-            if name in row:
-                row[name] = json.loads(row[name]) if row[name] else empty
-        return row
+        return expand_attempt(row) if row else None
 
     # -- learning and recall ------------------------------------------------------------------------
 

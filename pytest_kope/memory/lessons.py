@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..judge.outcome import Outcome
-from .graph import CORRECT, new_id, now
+from .rows import CORRECT, expand_attempt, new_id, now
 
 if TYPE_CHECKING:
     from .graph import Graph
@@ -104,7 +104,7 @@ def distill(graph: Graph, task_id: int, run_id: str) -> list[int]:
             "SELECT * FROM attempts WHERE task_id = ? AND agent = 'baseline' ORDER BY id LIMIT 1", (task_id,)
         )
         for row in fresh:
-            attempt = graph._expand(row)
+            attempt = expand_attempt(row)
             parent = _parent(graph, task_id, attempt, baseline)
             failure = _first_failure(graph, attempt["id"])
             for ev in evidence(attempt, parent, failure):
@@ -125,9 +125,9 @@ def _parent(
             (task_id, attempt["parent_hash"]),
         )
         if row is not None:
-            return graph._expand(row)
+            return expand_attempt(row)
     if baseline is not None and baseline["id"] != attempt["id"]:
-        return graph._expand(dict(baseline))
+        return expand_attempt(dict(baseline))
     return None
 
 

@@ -19,8 +19,8 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .graph import CORRECT
 from .lessons import marks_losing
+from .rows import CORRECT
 from .scope import (
     hardware_key,
     hardware_label,

@@ -13,7 +13,7 @@ import re
 import shlex
 import shutil
 import subprocess
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -113,16 +113,35 @@ class CToolchain:
         return reasons
 
     def build(self, candidate: Candidate, spec: KernelSpec, build_dir: Path) -> Kernel:
-        lib_path, log = self._compile(candidate, Path(build_dir))
+        if spec.build is not None:
+            lib_path, log = own_build(candidate, spec, Path(build_dir), self._screen_library)
+        else:
+            lib_path, log = self._compile(candidate, Path(build_dir), spec)
         return self._load(candidate, spec, lib_path, log)
 
-    def command(self, candidate: Candidate, src: Path, out: Path) -> list[str]:
-        """The compiler command line for a candidate (public so reports and tests can show it)."""
+    def _screen_library(self, lib: Path) -> list[str]:
+        if os.environ.get(BINARY_SCREEN_ENV, "1") == "0":
+            return []
+        return screen_library(lib, self.allow_symbols)
+
+    def command(
+        self, candidate: Candidate, src: Path, out: Path, spec: KernelSpec | None = None
+    ) -> list[str]:
+        """The compiler command line for a candidate (public so reports and tests can show it).
+
+        The operator's include directories (its source's own folder first, so `#include "common.h"`
+        beside it works) and companion sources come from the marker, never from the candidate.
+        """
         suffix = Path(candidate.filename).suffix
         cc = self.cc if suffix == ".c" else self.cxx
         flags = shlex.split(str(candidate.params.get(FLAGS, "-O2")))
         defines = [f"-D{k}={v}" for k, v in sorted(candidate.params.items()) if k != FLAGS]
-        return [cc, *BASE_FLAGS, *_C_STD.get(suffix, []), *flags, *defines, str(src), "-o", str(out), "-lm"]
+        includes = [f"-I{d}" for d in spec.include_dirs] if spec else []
+        companions = list(spec.companions) if spec else []
+        return [
+            cc, *BASE_FLAGS, *_C_STD.get(suffix, []), *flags, *defines, *includes,
+            str(src), *companions, "-o", str(out), "-lm",
+        ]  # fmt: skip
 
     def timer(self) -> Timer:
         return Timer()
@@ -131,13 +150,17 @@ class CToolchain:
         # OpenMP workers that spin make timings swing several-fold on a loaded small machine.
         return {"OMP_WAIT_POLICY": "passive"}
 
-    def _compile(self, candidate: Candidate, build_dir: Path) -> tuple[Path, str]:
-        probe = self.command(candidate, Path("src"), Path("out"))
+    def _compile(
+        self, candidate: Candidate, build_dir: Path, spec: KernelSpec | None = None
+    ) -> tuple[Path, str]:
+        probe = self.command(candidate, Path("src"), Path("out"), spec)
         screened = os.environ.get(BINARY_SCREEN_ENV, "1") != "0"
         # a library screened under other rules (a wider allow-list, or none) is not reused under these
         rules = ["screened" if screened else "unscreened", *sorted(self.allow_symbols)]
         key = hashlib.sha256(
-            "\0".join([candidate.source, *probe, compiler_version(probe[0]), *rules]).encode()
+            "\0".join(
+                [candidate.source, *probe, compiler_version(probe[0]), *rules, _context_digest(spec)]
+            ).encode()
         ).hexdigest()[:20]
         target = build_dir / key
         lib = target / "kernel.so"
@@ -149,7 +172,7 @@ class CToolchain:
         tmp.mkdir()
         src = tmp / Path(candidate.filename).name
         src.write_text(candidate.source)
-        cmd = self.command(candidate, src, tmp / "kernel.so")
+        cmd = self.command(candidate, src, tmp / "kernel.so", spec)
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp)
         except subprocess.TimeoutExpired:
@@ -159,15 +182,7 @@ class CToolchain:
             shutil.rmtree(tmp, ignore_errors=True)
             raise BuildError(candidate.filename, f"$ {shlex.join(cmd).replace(str(tmp) + '/', '')}\n{log}")
         (tmp / "build.log").write_text(log)
-        if screened:
-            reasons = screen_library(tmp / "kernel.so", self.allow_symbols)
-            if reasons:
-                shutil.rmtree(tmp, ignore_errors=True)
-                raise LibraryRejected(candidate.filename, "screening: " + "; ".join(reasons))
-        try:
-            tmp.rename(target)
-        except OSError:  # another process built the same key first: use theirs
-            shutil.rmtree(tmp, ignore_errors=True)
+        keep_screened(tmp, target, self._screen_library, candidate.filename)
         return lib, log
 
     def _load(self, candidate: Candidate, spec: KernelSpec, lib_path: Path, log: str) -> Kernel:
@@ -240,3 +255,89 @@ def _numpy_caller(ffi: Any, fn: Any, name: str, args: tuple[Arg, ...], dtypes: l
 
 
 _strip_comments = strip_c_comments  # the old private name, kept for imports
+
+
+def own_build(
+    candidate: Candidate, spec: KernelSpec, build_dir: Path, screen: Callable[[Path], list[str]]
+) -> tuple[Path, str]:
+    """Build with the repo's own command (CMake, make, setup.py) in a copy of its build root, with the
+    candidate's source in place of the committed one; cached by content like a gcc build.
+
+    The command comes from the repo's marker, never from a candidate. The candidate's flags and
+    defines reach it as `{cflags}` in the command and as CFLAGS/CXXFLAGS in its environment.
+    """
+    command, root, target, library = spec.build or ("", "", "", "")
+    flags = shlex.split(str(candidate.params.get(FLAGS, "-O2")))
+    cflags = " ".join([*flags, *(f"-D{k}={v}" for k, v in sorted(candidate.params.items()) if k != FLAGS)])
+    tree_files = sorted(
+        p for p in Path(root).rglob("*") if p.is_file() and not (set(p.relative_to(root).parts) & _NOT_COPIED)
+    )
+    digest = hashlib.sha256("\0".join([candidate.source, command, cflags, library, target]).encode())
+    for f in tree_files[:2000]:
+        digest.update(str(f.relative_to(root)).encode() + b"\0" + f.read_bytes()[: 1 << 20])
+    key = "own-" + digest.hexdigest()[:20]
+    done = build_dir / key
+    if (done / "kernel.so").exists():
+        return done / "kernel.so", (done / "build.log").read_text()
+    tmp = build_dir / f".{key}.{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tree = tmp / "tree"
+    shutil.copytree(root, tree, ignore=shutil.ignore_patterns(*_NOT_COPIED))
+    (tree / target).write_text(candidate.source)
+    env = {**os.environ, "CFLAGS": cflags, "CXXFLAGS": cflags, "KOPE_CFLAGS": cflags}
+    run = command.replace("{cflags}", shlex.quote(cflags))
+    try:
+        proc = subprocess.run(
+            ["sh", "-c", run], cwd=tree, env=env, capture_output=True, text=True, timeout=600
+        )
+    except subprocess.TimeoutExpired:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise BuildError(
+            candidate.filename, f"the repo's build command timed out after 600 s: {run}"
+        ) from None
+    log = (proc.stdout + proc.stderr).replace(str(tree) + "/", "")
+    built = tree / library
+    if proc.returncode != 0 or not built.is_file():
+        shutil.rmtree(tmp, ignore_errors=True)
+        why = "" if proc.returncode else f"\nit exited 0 but made no {library}; fix library= in the marker"
+        raise BuildError(candidate.filename, f"$ {run}\n{log[-6000:]}{why}")
+    shutil.copy(built, tmp / "kernel.so")
+    (tmp / "build.log").write_text(log)
+    shutil.rmtree(tree, ignore_errors=True)
+    keep_screened(tmp, done, screen, candidate.filename)
+    return done / "kernel.so", log
+
+
+def keep_screened(tmp: Path, target: Path, screen: Callable[[Path], list[str]], filename: str) -> None:
+    """Move a fresh build into the cache once its library passes the screen; refuse it otherwise."""
+    reasons = screen(tmp / "kernel.so")
+    if reasons:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise LibraryRejected(filename, "screening: " + "; ".join(reasons))
+    try:
+        tmp.rename(target)
+    except OSError:  # another process built the same key first: use theirs
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+_NOT_COPIED = {".git", ".kope", "__pycache__", ".pytest_cache", "build"}
+
+
+HEADER_SUFFIXES = (".h", ".hh", ".hpp", ".hxx", ".inc", ".inl", ".cuh")
+
+
+def _context_digest(spec: KernelSpec | None, limit: int = 4 << 20) -> str:
+    """A digest of the headers and companion sources a build reads, so a changed header rebuilds."""
+    if spec is None:
+        return ""
+    files = [Path(c) for c in spec.companions]
+    for i, d in enumerate(spec.include_dirs):
+        # the source's own folder (first) also holds tests and data: only its headers count
+        found = Path(d).glob("*") if i == 0 else Path(d).rglob("*")
+        files += sorted(p for p in found if p.is_file() and (i > 0 or p.suffix in HEADER_SUFFIXES))
+    h, seen = hashlib.sha256(), 0
+    for f in files:
+        data = f.read_bytes()[: max(0, limit - seen)]
+        seen += len(data)
+        h.update(str(f).encode() + b"\0" + data)
+    return h.hexdigest()

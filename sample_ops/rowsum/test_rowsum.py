@@ -25,7 +25,8 @@ def test_rowsum_matches_reference(kernel, rng, rows, cols):
     x = make_input(rng, rows, cols)
     y = np.empty(rows, dtype=np.float32)
     kernel.rowsum(x, y, rows, cols)
-    assert_close(y, reference(x), rtol=2e-5)
+    # a row can sum to nearly zero by cancellation: bound the error by the row's magnitude too
+    assert_close(y, reference(x), rtol=2e-5, atol=2e-6 * float(np.abs(x).sum(axis=1).max()))
 
 
 def test_rowsum_perf(kernel, rng, kope_bench):

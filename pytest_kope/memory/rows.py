@@ -1,0 +1,32 @@
+"""Small helpers over the graph's rows that every memory module shares (the bottom of `memory/`)."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlite_utils.db import Table
+
+from ..judge.outcome import Outcome
+
+CORRECT = (Outcome.BETTER.value, Outcome.OK.value)
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def new_id(table: Table) -> int:
+    """The primary key of the row just inserted into `table`."""
+    if table.last_pk is None:
+        raise RuntimeError(f"no row was inserted into {table.name}")
+    return int(table.last_pk)
+
+
+def expand_attempt(row: dict[str, Any]) -> dict[str, Any]:
+    """An attempts row with its JSON columns decoded."""
+    for name, empty in (("params", {}), ("tests_passed", []), ("extra", {})):
+        if name in row:
+            row[name] = json.loads(row[name]) if row[name] else empty
+    return row

@@ -1,0 +1,308 @@
+"""The last step for one operator: commit the verified winner without losing a commit, push it with a
+lease, and open or update its pull request; plus the speedup plot.
+
+`Publisher` is made once per run by the workflow. Its git steps run under the repo's kope lock, so two
+runs on one repo take turns there. Push and forge trouble is reported for that operator (in the
+terminal and in report.json) and never stops the run. The forge token lives in `ForgeSettings` and in
+the environment of the git child that pushes; every message that could carry it passes `redact`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from . import plot, prbody, report
+from .errors import ConfigError, ForgeError
+from .forge import ForgeSettings, make_forge, redact
+from .hardware import describe
+from .vcs import ZERO, Vcs
+
+INI = ("kope_forge", "kope_forge_url", "kope_forge_repo", "kope_forge_token_env", "kope_pr_base")
+
+
+def _option(config: pytest.Config, name: str) -> Any:
+    value = config.getoption(name, None)
+    if value in (None, "", False):
+        try:
+            value = config.getini(name)
+        except ValueError:
+            value = None
+    return None if value in ("", []) else value
+
+
+class Publisher:
+    """Commit, push and review for one run."""
+
+    def __init__(
+        self, config: pytest.Config, vcs: Vcs | None, run_id: str, prefix: str, run_dir: Path, graph: Any
+    ):
+        self.config, self.vcs, self.run_id, self.prefix = config, vcs, run_id, prefix
+        self.run_dir, self.graph = run_dir, graph
+        self._mpl = run_dir.parent.parent / "matplotlib"  # .kope/matplotlib: ignored with .kope/
+        self.pr = bool(_option(config, "kope_pr"))
+        self.remote: str | None = _option(config, "kope_push") or ("origin" if self.pr else None)
+        self.say: Callable[..., None] = lambda line, red=False: None
+        self.settings: ForgeSettings | None = None
+        self.results: dict[str, dict[str, Any]] = {}
+        self.env: dict[str, str] = {}
+        if vcs is not None and self.remote:
+            self._resolve_forge()
+
+    def _resolve_forge(self) -> None:
+        assert self.vcs is not None
+        try:
+            url = self.vcs.repo.remote(self.remote).url
+        except ValueError:
+            raise pytest.UsageError(
+                f"--kope-push {self.remote}: this repository has no remote {self.remote!r} "
+                f"(git remote -v lists them)"
+            ) from None
+        ini = {k: _option(self.config, k) for k in INI}
+        try:
+            self.settings = ForgeSettings.resolve(os.environ, ini, url)
+        except ConfigError as e:
+            if self.pr:
+                raise pytest.UsageError(str(e)) from None
+            self.settings = None  # pushing needs no forge: git's own credentials, if any
+        if self.settings is not None:
+            self.env = self.settings.git_auth_env(url)
+
+    def _secret(self, text: str) -> str:
+        return redact(text, self.settings.token) if self.settings else text
+
+    # -- commit ------------------------------------------------------------------------------------
+    def commit(
+        self, op: Any, verified: Any, baseline: Any, history: list[Any], hw: dict, files: Sequence[Path]
+    ) -> tuple[str | None, str | None, str]:
+        """(branch, sha, what happened): the winner committed where no commit is lost, then pushed."""
+        assert self.vcs is not None
+        branch = f"{self.prefix}{op.name}"
+        with self.vcs.locked(self.say):
+            fetched = self.vcs.fetch(self.remote, self.prefix, self.env) if self.remote else None
+            if fetched:
+                self.say(
+                    f"kope {op.name}: could not fetch {self.prefix}* from {self.remote}: {self._secret(fetched)}"
+                )
+            target = self.vcs.plan(branch, self.run_id, [Path(op.source), *files], self.remote)
+            self._pending = (verified, baseline, history, hw)
+            skip = self._already_there(target, verified, hw)
+            if skip:
+                if self.remote and self._ahead(target):  # an earlier push of it did not get through
+                    tip = self.vcs.rev(f"refs/heads/{target.branch}")
+                    same = "this winner" in skip
+                    skip += "; " + self._push(op, target.branch, tip, target.remote_tip, review=same, why="")
+                return target.branch, None, skip
+            message = self._message(op, verified, baseline, history, hw, target.note)
+            try:
+                done = self.vcs.commit(target, op.source, _baked(op, verified), message, self.run_id)
+            except Exception as e:  # git trouble must not lose the run's results
+                return None, None, f"could not commit to {target.branch}: {e}"
+            note = "; ".join(
+                n for n in (target.note, done.moved_aside and f"{done.moved_aside}: on {done.branch}") if n
+            )
+            said = f"committed {done.sha[:10]} to {done.branch}" + (f" ({note})" if note else "")
+            self.results[op.name] = {"branch_note": note} if note else {}
+            if self.remote:
+                lease = target.remote_tip if done.branch == target.branch else None
+                said += "; " + self._push(op, done.branch, done.sha, lease, review=True, why=note)
+        return done.branch, done.sha, said
+
+    def _push(self, op: Any, branch: str, sha: str, lease: str | None, review: bool, why: str) -> str:
+        """Push one branch tip; on success open or update its pull request. What happened, in words."""
+        pushed = self.vcs.push(self.remote, branch, sha, lease, self.env)
+        detail = self._secret(pushed.detail)
+        self.results.setdefault(op.name, {})["push"] = detail
+        if not pushed.ok:
+            self.say(f"kope {op.name}: {detail}", red=True)
+        elif self.pr and review:
+            verified, baseline, history, hw = self._pending
+            self._review(op, verified, baseline, history, hw, branch, sha, why)
+        return detail
+
+    def _ahead(self, target: Any) -> bool:
+        """Whether the local branch has commits the remote's lacks (and none of the remote's is missing)."""
+        local = self.vcs.rev(f"refs/heads/{target.branch}")
+        theirs = target.remote_tip
+        return bool(local) and local != theirs and (theirs is None or self.vcs.is_ancestor(theirs, local))
+
+    def _already_there(self, target: Any, verified: Any, hw: dict) -> str:
+        if target.old == ZERO and target.remote_tip is None:
+            return ""
+        last = self.vcs.latest_kope_commit(target.parent) if target.parent != self.vcs.base else {}
+        if last.get("Kope-Candidate") == verified.candidate.hash:
+            return f"{target.branch} already holds this winner; no new commit"
+        same_base = last.get("Kope-Base", last.get("_parent")) == self.vcs.base
+        if last and same_base and last.get("Kope-Hardware") == describe(hw):
+            try:
+                if float(last.get("Kope-Speedup", "0")) >= (verified.speedup or 0):
+                    return f"{target.branch} already holds a winner at least as fast; no new commit"
+            except ValueError:
+                pass
+        return ""
+
+    def _message(self, op: Any, verified: Any, baseline: Any, history: list[Any], hw: dict, note: str) -> str:
+        message = report.commit_message(op, verified, baseline, history, self.run_id, describe(hw))
+        head, _, rest = message.partition("\n\n")
+        extra = []
+        if self.vcs.is_dirty(op.source):
+            extra.append(
+                f"Note: {op.source.name} had uncommitted changes when the run started; the run judged "
+                "them and this commit includes them."
+            )
+            self.say(f"kope {op.name}: {op.source.name} has uncommitted changes; the winner includes them")
+        if note:
+            extra.append(f"Note: {note}.")
+        if extra:
+            message = "\n\n".join([head, *extra, rest])
+        return message.rstrip("\n") + f"\nKope-Base: {self.vcs.base}\n"
+
+    # -- review --------------------------------------------------------------------------------------
+    def _review(
+        self,
+        op: Any,
+        verified: Any,
+        baseline: Any,
+        history: list[Any],
+        hw: dict,
+        branch: str,
+        sha: str,
+        note: str,
+    ) -> None:
+        assert self.settings is not None
+        entry = self.results.setdefault(op.name, {})
+        try:
+            forge = make_forge(self.settings, self.say)
+            evidence = self._evidence(op, verified, baseline, history, hw, branch, sha, note)
+            evidence.plot = self._plot_markdown(forge, op.name, history)
+            made = forge.review(
+                branch,
+                self._base_branch(),
+                prbody.title(evidence),
+                prbody.body(evidence),
+                prbody.comment(evidence),
+            )
+        except (ForgeError, ConfigError) as e:
+            entry["review_error"] = self._secret(str(e))
+            self.say(f"kope {op.name}: pull request not opened: {entry['review_error']}", red=True)
+            return
+        word = "opened" if made.created else "updated"
+        entry["pull_request"] = {"number": made.number, "url": made.url, "created": made.created}
+        self.say(f"kope {op.name}: {word} pull request #{made.number}: {made.url}")
+        (self.run_dir / f"{op.name}-pr.md").write_text(self._secret(prbody.body(evidence)))
+
+    def _evidence(
+        self,
+        op: Any,
+        verified: Any,
+        baseline: Any,
+        history: list[Any],
+        hw: dict,
+        branch: str,
+        sha: str,
+        note: str,
+    ) -> prbody.Evidence:
+        from .settings import SEED
+
+        return prbody.Evidence(
+            operator=op.name,
+            toolchain=op.toolchain,
+            source=str(Path(op.source).resolve().relative_to(self.vcs.top.resolve())),
+            branch=branch,
+            sha=sha,
+            base=self.vcs.base,
+            run_id=self.run_id,
+            seed=int(self.config.stash[SEED]),
+            hardware=hw,
+            hardware_name=describe(hw),
+            winner=verified,
+            baseline=baseline,
+            history=history,
+            lessons=self._lessons(op.name),
+            build=self._build_line(op, verified),
+            note=note,
+            run_url=self.settings.run_url if self.settings else "",
+            remote=self.remote or "origin",
+        )
+
+    def _lessons(self, operator: str) -> list[dict[str, Any]]:
+        return self.graph.rows(
+            "SELECT l.text FROM lessons l JOIN edges e ON e.src_kind = 'lesson' AND e.src_id = CAST(l.id AS TEXT)"
+            " WHERE e.rel = 'used_in_context' AND e.dst_kind = 'run' AND e.dst_id = ? AND e.note = ?"
+            " GROUP BY l.id ORDER BY max(l.value) DESC LIMIT 12",
+            (self.run_id, operator),
+        )
+
+    def _build_line(self, op: Any, verified: Any) -> str:
+        from .judge.building import toolchain_of
+
+        tc = toolchain_of(self.config, op.toolchain)
+        command = getattr(tc, "command", None)
+        if command is None:
+            return ""
+        try:
+            return " ".join(command(verified.candidate, Path(Path(op.source).name), Path("kernel.so")))
+        except Exception:  # a toolchain whose build is not one command line
+            return ""
+
+    def _plot_markdown(self, forge: Any, operator: str, history: list[Any]) -> str:
+        png = plot.speedup_png(operator, [_point(j) for j in history], self.run_dir, self._mpl)
+        if png is None:
+            return ""
+        if hasattr(forge, "attach"):
+            try:
+                return forge.attach(png.name, png.read_bytes())
+            except ForgeError as e:
+                self.say(f"kope {operator}: plot not attached: {self._secret(str(e))}")
+        where = (
+            f"[the CI run's files]({self.settings.run_url})"
+            if self.settings and self.settings.run_url
+            else f"`{png}`"
+        )
+        return f"`{png.name}` is in the run's folder, `.kope/runs/{self.run_id}/`, among {where}."
+
+    def _base_branch(self) -> str:
+        given = _option(self.config, "kope_pr_base")
+        if given:
+            return str(given)
+        repo = self.vcs.repo
+        if not repo.head.is_detached:
+            return repo.active_branch.name
+        env = os.environ
+        for name in ("GITHUB_BASE_REF", "GITHUB_REF_NAME", "CI_COMMIT_BRANCH", "CI_DEFAULT_BRANCH"):
+            if env.get(name):
+                return env[name]
+        raise ConfigError(
+            "HEAD is detached, so the pull request's target branch is unknown: set ini kope_pr_base"
+        )
+
+    # -- every operator ------------------------------------------------------------------------------
+    def after(self, name: str, summary: dict[str, Any]) -> dict[str, Any]:
+        """What report.json adds for an operator: the plot, and what push and review did."""
+        extra = dict(self.results.get(name, {}))
+        png = self.run_dir / f"{name}-speedup.png"
+        if not png.exists():
+            png = plot.speedup_png(name, summary.get("candidates", []), self.run_dir, self._mpl)
+        if png is not None:
+            extra["plot"] = png.name
+        return extra
+
+
+def _point(judged: Any) -> dict[str, Any]:
+    return {"speedup": judged.speedup if judged.timings else None, "outcome": judged.outcome.value}
+
+
+def _baked(op: Any, verified: Any) -> str:
+    """The winner's source with its values as the defaults, so the committed file builds the winner."""
+    from .spec import bake_defaults
+
+    text = bake_defaults(verified.candidate.source, verified.candidate.params)
+    if Path(op.source).suffix == ".py":  # Python kernels also carry the values as module-level literals
+        from .toolchains.pylaunch import bake
+
+        text = bake(text, verified.candidate.params)
+    return text

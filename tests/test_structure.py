@@ -1,0 +1,99 @@
+"""The shape of the package: lower floors never import higher ones, so no import circle exists.
+
+Every import counts, lazy ones inside functions included (a lazy import only hides a circle); imports
+under `if TYPE_CHECKING:` do not, since they never run.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "pytest_kope"
+
+
+def _module(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+class _Imports(ast.NodeVisitor):
+    """The package's modules one module imports (`package` is the module's own package)."""
+
+    def __init__(self, package: str, modules: set[str]):
+        self.package, self.modules, self.found = package, modules, set()
+
+    def visit_If(self, node: ast.If) -> None:
+        if "TYPE_CHECKING" not in ast.unparse(node.test):
+            self.generic_visit(node)
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        if node.level:
+            parts = self.package.split(".")
+            target = ".".join(parts[: len(parts) - node.level + 1] + ([node.module] if node.module else []))
+        else:
+            target = node.module or ""
+        for alias in node.names:
+            full = f"{target}.{alias.name}"
+            self.found.add(full if full in self.modules else target)
+
+    def visit_Import(self, node: ast.Import) -> None:
+        self.found.update(alias.name for alias in node.names)
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = {_module(p): p for p in PACKAGE.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        visitor = _Imports(package, set(modules))
+        visitor.visit(ast.parse(path.read_text()))
+        graph[name] = {m for m in visitor.found if m in modules and m != name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_cycle():
+    assert cycles(import_graph()) == []
+
+
+def test_the_cycle_finder_finds_one():
+    """Without this, a finder that never reports anything would pass the test above."""
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_the_judges_child_side_never_imports_the_plugin_or_the_session():
+    graph = import_graph()
+    for child_side in ("pytest_kope.judge.child", "pytest_kope.judge.building", "pytest_kope.judge.runner"):
+        assert not graph[child_side] & {"pytest_kope.plugin", "pytest_kope.workflow"}, child_side

@@ -1,0 +1,208 @@
+"""No commit is ever lost: real git repos, a bare remote in a tmp dir, clones and concurrent processes."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from op_repos import git
+
+from pytest_kope.vcs import ZERO, Vcs
+
+
+def repo_with_remote(tmp_path: Path) -> tuple[Path, Path]:
+    remote = tmp_path / "remote.git"
+    git(tmp_path, "init", "-q", "--bare", "-b", "main", str(remote))
+    work = tmp_path / "work"
+    work.mkdir()
+    git(work, "init", "-q", "-b", "main")
+    (work / "op").mkdir()
+    (work / "op" / "k.c").write_text("// kernel v1\n")
+    (work / "op" / "test_k.py").write_text("# tests\n")
+    (work / "README").write_text("readme\n")
+    git(work, "add", "-A")
+    git(work, "commit", "-qm", "operators")
+    git(work, "remote", "add", "origin", str(remote))
+    git(work, "push", "-q", "origin", "main")
+    return work, remote
+
+
+def winner(vcs: Vcs, branch: str, text: str, run: str = "r1", remote: str | None = None):
+    files = [vcs.top / "op" / "k.c", vcs.top / "op" / "test_k.py"]
+    target = vcs.plan(branch, run, files, remote)
+    message = f"kope(op): winner {text}\n\nKope-Candidate: {text}\n"
+    return target, vcs.commit(target, vcs.top / "op" / "k.c", text, message, run)
+
+
+def log(root: Path, ref: str) -> list[str]:
+    return git(root, "log", "--format=%s", ref).splitlines()
+
+
+def test_a_reviewers_commit_survives_the_next_winner(tmp_path: Path) -> None:
+    work, _ = repo_with_remote(tmp_path)
+    vcs = Vcs.find(work)
+    target, first = winner(vcs, "kope/op", "v2")
+    assert (target.parent, target.old, target.note) == (vcs.base, ZERO, "")
+    git(work, "worktree", "add", "-q", str(tmp_path / "review"), "kope/op")  # a reviewer's fix-up
+    (tmp_path / "review" / "NOTES").write_text("reviewed\n")
+    git(tmp_path / "review", "add", "NOTES")
+    git(tmp_path / "review", "commit", "-qm", "reviewer: notes")
+    git(work, "worktree", "remove", str(tmp_path / "review"))
+    reviewer = git(work, "rev-parse", "kope/op").strip()
+    target, second = winner(Vcs.find(work), "kope/op", "v3", "r2")
+    assert target.parent == reviewer and "1 commit(s) not made by pytest-kope" in target.note
+    assert log(work, "kope/op")[:3] == ["kope(op): winner v3", "reviewer: notes", "kope(op): winner v2"]
+    assert git(work, "show", "kope/op:NOTES") == "reviewed\n"
+    assert git(work, "show", "kope/op:op/k.c") == "v3"
+    assert git(work, "rev-parse", "HEAD").strip() == vcs.base  # the checkout never moved
+    assert first.sha in git(work, "rev-list", "kope/op")
+
+
+def test_a_changed_kernel_on_main_sends_the_winner_beside_the_branch(tmp_path: Path) -> None:
+    work, _ = repo_with_remote(tmp_path)
+    winner(Vcs.find(work), "kope/op", "v2")
+    old_tip = git(work, "rev-parse", "kope/op").strip()
+    (work / "README").write_text("changed\n")  # main moves on, the operator's files unchanged
+    git(work, "commit", "-qam", "docs")
+    target, done = winner(Vcs.find(work), "kope/op", "v3", "r2")
+    assert target.parent == old_tip and "older base" in target.note and done.branch == "kope/op"
+    (work / "op" / "k.c").write_text("// kernel v1, fixed on main\n")  # now the kernel itself changed
+    git(work, "commit", "-qam", "fix kernel")
+    tip = git(work, "rev-parse", "kope/op").strip()
+    target, done = winner(Vcs.find(work), "kope/op", "v4", "r3")
+    assert done.branch == "kope/op-r3" and "op/k.c changed since then" in target.note
+    assert git(work, "rev-parse", "kope/op").strip() == tip  # left alone
+    assert git(work, "rev-parse", "kope/op-r3~1").strip() == git(work, "rev-parse", "main").strip()
+
+
+def test_a_branch_moved_meanwhile_is_left_alone(tmp_path: Path) -> None:
+    work, _ = repo_with_remote(tmp_path)
+    vcs = Vcs.find(work)
+    target = vcs.plan("kope/op", "r1", [work / "op" / "k.c"], None)
+    git(work, "branch", "kope/op", "main")  # someone else made it between our read and our move
+    done = vcs.commit(target, work / "op" / "k.c", "v2", "kope(op): v2\n\nKope-Candidate: v2\n", "r1")
+    assert done.branch == "kope/op-r1" and "moved while this run committed" in done.moved_aside
+    assert git(work, "rev-parse", "kope/op").strip() == vcs.base
+
+
+def test_a_fresh_clone_builds_on_the_remotes_branch_and_pushes_with_a_lease(tmp_path: Path) -> None:
+    work, remote = repo_with_remote(tmp_path)
+    vcs = Vcs.find(work)
+    _, first = winner(vcs, "kope/op", "v2")
+    assert vcs.push("origin", "kope/op", first.sha, None, {}).ok
+    clone = tmp_path / "ci"
+    git(tmp_path, "clone", "-q", str(remote), str(clone))  # CI: no local kope/* branches
+    ci = Vcs.find(clone)
+    assert ci.fetch("origin", "kope/", {}) is None
+    target, second = winner(ci, "kope/op", "v3", "r2", remote="origin")
+    assert target.parent == first.sha and target.remote_tip == first.sha
+    pushed = ci.push("origin", "kope/op", second.sha, target.remote_tip, {})
+    assert pushed.ok, pushed.detail
+    assert log(remote, "kope/op")[:2] == ["kope(op): winner v3", "kope(op): winner v2"]
+
+    # A reviewer pushes meanwhile: the next push's lease is stale; it is refused and nothing is lost.
+    reviewer = tmp_path / "reviewer"
+    git(tmp_path, "clone", "-q", "-b", "kope/op", str(remote), str(reviewer))
+    (reviewer / "NOTES").write_text("fix-up\n")
+    git(reviewer, "add", "NOTES")
+    git(reviewer, "commit", "-qm", "reviewer: fix-up")
+    git(reviewer, "push", "-q", "origin", "kope/op")
+    target, third = winner(Vcs.find(clone), "kope/op", "v4", "r3", remote="origin")  # no fetch: stale
+    pushed = ci.push("origin", "kope/op", third.sha, target.remote_tip, {})
+    assert not pushed.ok and "rejected" in pushed.detail and "stale info" in pushed.detail
+    assert log(remote, "kope/op")[0] == "reviewer: fix-up"
+    # The next run fetches first, and builds on the reviewer's commit.
+    assert ci.fetch("origin", "kope/", {}) is None
+    target, fourth = winner(Vcs.find(clone), "kope/op", "v5", "r4", remote="origin")
+    assert done_on(fourth, target, clone) == "kope/op-r4"  # local (v4) and remote diverged: beside it
+    assert "diverged" in target.note
+
+
+def test_a_push_the_remote_refuses_is_reported(tmp_path: Path) -> None:
+    work, remote = repo_with_remote(tmp_path)
+    hook = remote / "hooks" / "pre-receive"
+    hook.write_text("#!/bin/sh\necho 'branch protection: kope/* is read-only' >&2\nexit 1\n")
+    hook.chmod(0o755)
+    vcs = Vcs.find(work)
+    _, done = winner(vcs, "kope/op", "v2")
+    pushed = vcs.push("origin", "kope/op", done.sha, None, {})
+    assert not pushed.ok and "push of kope/op to origin rejected: [remote rejected]" in pushed.detail
+    assert git(work, "rev-parse", "kope/op").strip() == done.sha  # the local commit stays
+
+
+def done_on(done, target, root: Path) -> str:
+    assert git(root, "rev-parse", done.branch).strip() == done.sha
+    return done.branch
+
+
+LIVE = """
+import sys
+from pathlib import Path
+from pytest_kope.vcs import Vcs
+print(Vcs.find(Path(sys.argv[1])).prune_stale_worktrees())
+"""
+
+
+def test_pruning_leaves_another_runs_live_worktree_alone(tmp_path: Path) -> None:
+    work, _ = repo_with_remote(tmp_path)
+    vcs = Vcs.find(work)
+    live = tmp_path / "kope-worktree-live"
+    dead = tmp_path / "kope-worktree-dead"
+    git(work, "worktree", "add", "-q", "--detach", str(live))
+    git(work, "worktree", "add", "-q", "--detach", str(dead))
+    fd = os.open(vcs._worktree_lock(live.name), os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # what a live run holds while its worktree exists
+    try:
+        out = subprocess.run(
+            [sys.executable, "-c", LIVE, str(work)], capture_output=True, text=True, check=True
+        ).stdout
+        assert str(dead) in out and str(live) not in out
+        assert live.exists() and not dead.exists()
+    finally:
+        os.close(fd)
+    assert (
+        str(live)
+        in subprocess.run(
+            [sys.executable, "-c", LIVE, str(work)], capture_output=True, text=True, check=True
+        ).stdout
+    )
+
+
+RACE = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+    from pytest_kope.vcs import Vcs
+    work, name = Path(sys.argv[1]), sys.argv[2]
+    for i in range(5):
+        vcs = Vcs.find(work)
+        with vcs.locked(print):
+            target = vcs.plan("kope/op", f"{name}{i}", [work / "op" / "k.c"], None)
+            done = vcs.commit(target, work / "op" / "k.c", f"{name}{i}", f"{name}{i}\\n\\nKope-Candidate: {name}{i}\\n", f"{name}{i}")
+        print(done.sha)
+    """
+)
+
+
+@pytest.mark.parametrize("runs", [2])
+def test_concurrent_runs_lose_no_commit(tmp_path: Path, runs: int) -> None:
+    work, _ = repo_with_remote(tmp_path)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", RACE, str(work), f"run{n}-"], stdout=subprocess.PIPE, text=True
+        )
+        for n in range(runs)
+    ]
+    outs = [p.communicate(timeout=120)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    made = {line for out in outs for line in out.split() if len(line) == 40}
+    assert len(made) == 5 * runs
+    reachable = set(git(work, "rev-list", "--branches=kope/*").split())
+    assert made <= reachable  # every commit either run made is on a kope/* branch
+    assert not git(work, "branch", "--list", "kope/op-*").strip()  # the lock serialized them: one line
+    assert len(git(work, "worktree", "list").splitlines()) == 1
