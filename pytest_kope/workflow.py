@@ -450,11 +450,10 @@ class KopeSession:
             )
             summary["flaky_tests"] = flaky  # the tests to fix, with the seeds that show it
             summary["fixed_input_tests"] = baseline.fixed_inputs  # tests that make their own inputs
+            summary["stopped"] = why
             return summary
         finally:
             judge.close()
-        summary["stopped"] = why
-        return summary
 
     def _resume(self, p: _Progress) -> None:
         """Judge the best known attempt of this operator's line again: the search starts from it."""
