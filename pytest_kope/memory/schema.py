@@ -21,6 +21,7 @@ Tables (readable in Datasette or `sqlite-utils tables .kope/experience.db`):
 
 from __future__ import annotations
 
+import fcntl
 from pathlib import Path
 
 from sqlite_utils import Database
@@ -38,8 +39,12 @@ def open_database(path: Path | str) -> Database:
     path.parent.mkdir(parents=True, exist_ok=True)
     db = Database(path)
     db.execute("PRAGMA busy_timeout = 10000")
-    db.enable_wal()
-    migrations.apply(db)
+    # Two runs opening one new graph at once: SQLite answers a write that upgrades a read lock with
+    # "database is locked" at once, without waiting, so schema changes take turns behind a file lock.
+    with open(path.with_name(path.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        db.enable_wal()
+        migrations.apply(db)
     return db
 
 
