@@ -198,12 +198,13 @@ def install_closing_line(terminalreporter: Any, operators: list[dict[str, Any]])
     tr.build_summary_stats_line = build
 
 
-def write(run_dir: Any, data: dict[str, Any], extra_json: str | None = None) -> tuple[Any, Any]:
-    """report.json (everything) and report.md (for people) in the run's folder."""
+def write(
+    run_dir: Any, data: dict[str, Any], markdown: str, extra_json: str | None = None
+) -> tuple[Any, Any]:
+    """report.json (everything) and report.md (for people: report_md.markdown(data)) in the run's
+    folder, and the JSON also at `extra_json` (--kope-report) when given."""
     import json
     from pathlib import Path
-
-    from .report_md import markdown
 
     run_dir = Path(run_dir)
     js = run_dir / "report.json"
@@ -211,7 +212,7 @@ def write(run_dir: Any, data: dict[str, Any], extra_json: str | None = None) -> 
     if extra_json:
         Path(extra_json).write_text(json.dumps(data, indent=1, default=str))
     md = run_dir / "report.md"
-    md.write_text(markdown(data))
+    md.write_text(markdown)
     return js, md
 
 

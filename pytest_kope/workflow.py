@@ -31,6 +31,7 @@ from .judge.runner import Judge, Plan
 from .judge.stats import PairedRatio
 from .operator import Operator, is_performance_test, operator_of
 from .paths import ensure_kope_dir, kope_home
+from .report_md import markdown
 from .settings import SEED
 from .spec import parse_spec
 from .stopping import RunClock, Slot, Stop, StopRule, stopped
@@ -689,7 +690,7 @@ class KopeSession:
             "operators": [r.summary for r in self.operators.values()],
             "lessons": self._lessons_that_mattered(),
         }
-        paths = report.write(self.run_dir, data, self.config.getoption("kope_report"))
+        paths = report.write(self.run_dir, data, markdown(data), self.config.getoption("kope_report"))
         if self.tw is not None:
             self.tw.write_sep("=", "kope: results")
             self.tw.write_line(report.final_table(data["operators"]))
