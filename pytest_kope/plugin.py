@@ -52,7 +52,29 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="check the repo's kope operators without optimizing: toolchains, tests, fresh inputs, "
         "whether each committed kernel passes in a judging child, the isolation available",
     )
-    _option(g, parser, "kope-budget", "evaluations per operator (default 24)", type=int)
+    _option(g, parser, "kope-budget", "most evaluations per operator (default 24)", type=int)
+    _option(
+        g,
+        parser,
+        "kope-patience",
+        "stop an operator after N successive evaluations without a gain (default 8; 0: never)",
+        type=int,
+    )
+    _option(
+        g,
+        parser,
+        "kope-explore",
+        "share of the tuner's proposals that may retry values the experience graph marks as losing "
+        "here (default 0.1; 0: never)",
+        type=float,
+    )
+    _option(
+        g,
+        parser,
+        "kope-time-budget",
+        "minutes the whole optimize run may take, shared among the operators (default: no limit)",
+        type=float,
+    )
     _option(
         g,
         parser,

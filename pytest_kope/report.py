@@ -7,6 +7,14 @@ from typing import Any
 from tabulate import tabulate
 
 
+def report_schema() -> dict[str, Any]:
+    """The JSON schema of report.json (package data: pytest_kope/schemas/report.schema.json)."""
+    import json
+    from importlib.resources import files
+
+    return json.loads(files("pytest_kope").joinpath("schemas/report.schema.json").read_text())
+
+
 def seconds(s: float | None) -> str:
     if s is None:
         return "-"
@@ -101,14 +109,30 @@ def _count(values: Any) -> dict[str, int]:
     return out
 
 
-FINAL_HEADERS = ["operator", "baseline", "best", "speedup", "evaluations", "to best", "verified", "branch"]
+FINAL_HEADERS = [
+    "operator",
+    "baseline",
+    "best",
+    "speedup",
+    "evaluations",
+    "to best",
+    "verified",
+    "stopped",
+    "branch",
+]
+
+
+def stop_text(o: dict[str, Any]) -> str:
+    """Why an operator's search ended, in a few words ('no gain in 8', 'converged', 'error')."""
+    return str((o.get("stopped") or {}).get("short", "error" if "error" in o else "-"))
 
 
 def final_table(operators: list[dict[str, Any]], fmt: str = "simple") -> str:
     rows = []
     for o in operators:
-        if "error" in o:
-            rows.append((o["name"], "-", "-", "-", "-", "-", "no", f"error: {o['error'][:60]}"))
+        if "baseline_s" not in o:  # stopped on an error, or not reached within the time budget
+            detail = f"error: {o['error'][:60]}" if "error" in o else "-"
+            rows.append((o["name"], "-", "-", "-", "-", "-", "no", stop_text(o), detail))
             continue
         rows.append(
             (
@@ -119,13 +143,66 @@ def final_table(operators: list[dict[str, Any]], fmt: str = "simple") -> str:
                 o["evaluations"],
                 o["evaluations_to_best"],
                 "yes" if o["verified"] else "no",
+                stop_text(o),
                 o["branch"] or "-",
             )
         )
     return tabulate(rows, headers=FINAL_HEADERS, tablefmt=fmt)
 
 
-def write(run_dir: Any, data: dict[str, Any], extra_json: str | None = None) -> tuple[Any, Any]:
+def _plural(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
+
+
+def _ratio(x: float) -> str:
+    return f"{x:.1f}x" if x < 10 else f"{x:.0f}x"
+
+
+def closing_parts(operators: list[dict[str, Any]]) -> list[str]:
+    """The parts of pytest's last line after an optimize run:
+    ['kope: 8 operators', '6 verified winners (3.4x-66x)', '1 without a winner', '1 stopped']."""
+    winners = [o["speedup"] for o in operators if o.get("verified")]
+    errors = sum("error" in o for o in operators)
+    unreached = sum((o.get("stopped") or {}).get("reason") == "not_reached" for o in operators)
+    plain = len(operators) - len(winners) - errors - unreached
+    span = ""
+    if winners:
+        lo, hi = min(winners), max(winners)
+        span = f" ({_ratio(lo)})" if _ratio(lo) == _ratio(hi) else f" ({_ratio(lo)}-{_ratio(hi)})"
+    parts = [
+        "kope: " + _plural(len(operators), "operator", "operators"),
+        _plural(len(winners), "verified winner", "verified winners") + span,
+    ]
+    if plain:
+        parts.append(f"{plain} without a winner")
+    parts.append(f"{errors} stopped")
+    if unreached:
+        parts.append(f"{unreached} not reached (time budget)")
+    return parts
+
+
+def install_closing_line(terminalreporter: Any, operators: list[dict[str, Any]]) -> None:
+    """Make pytest's last line say what the optimize run did instead of 'no tests ran'. The terminal
+    reporter builds that line from its public build_summary_stats_line(); this wraps it, keeping any
+    part pytest adds (warnings, deselected) and colouring the line red when an operator stopped."""
+    tr, parts = terminalreporter, closing_parts(operators)
+    original = tr.build_summary_stats_line
+
+    def build() -> tuple[list[tuple[str, dict[str, bool]]], str]:
+        theirs, _ = original()
+        theirs = [p for p in theirs if p[0] != "no tests ran"]
+        color = "red" if any("error" in o for o in operators) else "green"
+        color = "yellow" if color == "green" and "warnings" in tr.stats else color
+        return [(text, {color: True, "bold": i == 0}) for i, text in enumerate(parts)] + theirs, color
+
+    tr.build_summary_stats_line = build
+
+
+def write(
+    run_dir: Any, data: dict[str, Any], markdown: str, extra_json: str | None = None
+) -> tuple[Any, Any]:
+    """report.json (everything) and report.md (for people: report_md.markdown(data)) in the run's
+    folder, and the JSON also at `extra_json` (--kope-report) when given."""
     import json
     from pathlib import Path
 
@@ -135,22 +212,7 @@ def write(run_dir: Any, data: dict[str, Any], extra_json: str | None = None) -> 
     if extra_json:
         Path(extra_json).write_text(json.dumps(data, indent=1, default=str))
     md = run_dir / "report.md"
-    lines = [
-        f"# pytest-kope run {data['run_id']}",
-        "",
-        f"Hardware: {data.get('hardware_name', '')}  ",
-        f"Agent: {data['agent']}, budget {data['budget']}",
-        "",
-        final_table(data["operators"], fmt="github"),
-        "",
-    ]
-    for o in data["operators"]:
-        if o.get("note"):
-            lines.append(f"- **{o['name']}**: {o['note']}")
-    lines += review_lines(data["operators"])
-    if data.get("usage"):
-        lines += ["", "## Agent usage", "", "```", json.dumps(data["usage"], indent=1, default=str), "```"]
-    md.write_text("\n".join(lines) + "\n")
+    md.write_text(markdown)
     return js, md
 
 

@@ -10,6 +10,7 @@ import os
 import time
 import uuid
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,11 +18,12 @@ from typing import Any
 import pytest
 
 from . import report
+from .agents import explore_rate
 from .agents.base import Context, OperatorInfo
 from .agents.tuner import Tuner
 from .candidate import Candidate
 from .errors import BaselineBroken, ConfigError, KopeError, SpecError
-from .hardware import describe
+from .hardware import label
 from .judge import sandbox
 from .judge.building import toolchain_of
 from .judge.outcome import Judged, Outcome
@@ -29,8 +31,10 @@ from .judge.runner import Judge, Plan
 from .judge.stats import PairedRatio
 from .operator import Operator, is_performance_test, operator_of
 from .paths import ensure_kope_dir, kope_home
+from .report_md import markdown
 from .settings import SEED
 from .spec import parse_spec
+from .stopping import RunClock, Slot, Stop, StopRule, stopped
 
 
 def _setting(config: pytest.Config, name: str, default: Any) -> Any:
@@ -43,6 +47,10 @@ def _setting(config: pytest.Config, name: str, default: Any) -> Any:
     return default if value in (None, "") else value
 
 
+def _nothing_new(agent: Any) -> tuple[Stop, str]:
+    return Stop.AGENT_DONE, f"the {getattr(agent, 'name', 'agent')} agent proposed nothing new"
+
+
 def _declares_knobs(judged: Judged) -> bool:
     """An incumbent written by an agent (not the tuner) that declares a tuning space of its own."""
     c = judged.candidate
@@ -52,6 +60,34 @@ def _declares_knobs(judged: Judged) -> bool:
         return bool(parse_spec(c.source, c.filename).space.axes)
     except SpecError:
         return False
+
+
+@dataclass
+class _Progress:
+    """One operator's search so far: what resuming and the search loop update."""
+
+    op: Operator
+    judge: Judge
+    info: OperatorInfo
+    hw: dict
+    task: int
+    baseline: Judged
+    rule: StopRule
+    remember: Callable[[Judged], None]
+    incumbent: Judged = None  # type: ignore[assignment]  # the baseline until something beats it
+    history: list[Judged] = field(default_factory=list)
+    best_at: int = 0  # the evaluation that found the incumbent
+
+    def __post_init__(self) -> None:
+        self.incumbent = self.incumbent or self.baseline
+
+    def judged(self, batch: list[Judged], seconds: float) -> None:
+        """A judged batch: the stop rule counts it; a candidate crowned BETTER is the new incumbent."""
+        self.rule.record([j.outcome == Outcome.BETTER for j in batch], seconds)
+        for i, j in enumerate(batch, self.rule.evaluations - len(batch) + 1):
+            self.history.append(j)
+            if j.outcome == Outcome.BETTER:
+                self.incumbent, self.best_at = j, i
 
 
 @dataclass
@@ -78,8 +114,15 @@ class KopeSession:
         self.check_only = bool(config.getoption("kope_check"))
         self.since = _setting(config, "kope_since", None)
         self.since_line = ""
+        self.patience = int(_setting(config, "kope_patience", 8))
+        minutes = _setting(config, "kope_time_budget", None)
+        self.clock = RunClock(float(minutes) if minutes is not None else None)
         if self.budget < 1:
             raise pytest.UsageError(f"--kope-budget must be at least 1, got {self.budget}")
+        if self.patience < 0:
+            raise pytest.UsageError(f"--kope-patience must be 0 (off) or more, got {self.patience}")
+        if self.clock.limited and self.clock.minutes < 0:
+            raise pytest.UsageError(f"--kope-time-budget takes minutes, 0 or more; got {self.clock.minutes}")
         self.operators: OrderedDict[str, OperatorRun] = OrderedDict()
         self.broken: list[str] = []
         self.tw = None
@@ -87,6 +130,7 @@ class KopeSession:
     # -- pytest hooks --------------------------------------------------------------------------
     def pytest_configure(self, config: pytest.Config) -> None:
         try:
+            self.explore_rate = explore_rate(config)
             self.agent = config.hook.pytest_kope_make_agent(name=self.agent_name, config=config)
         except ConfigError as e:
             raise pytest.UsageError(str(e)) from None
@@ -153,19 +197,40 @@ class KopeSession:
             self.graph.close()
             return True
         failed = 0
-        for run in self.operators.values():
-            try:
-                run.summary = self._optimize(run)
-            except KopeError as e:  # BaselineBroken, an unavailable toolchain, no correctness tests
-                self.say(f"kope {run.op.name}: STOPPED: {e}", red=True)
-                run.summary = {"name": run.op.name, "error": str(e), "verified": False}
-                failed += 1
+        runs = list(self.operators.values())
+        for i, run in enumerate(runs):
+            # an operator's minimum: one round that keeps each correctness worker busy once
+            slot = self.clock.slot(len(runs) - i, self.jobs) if self.clock.limited else None
+            if self.clock.limited and slot is None:
+                why = f"the time budget ({self.clock.minutes:g} min) ran out before it began"
+                self.say(f"kope {run.op.name}: not started: {why}")
+                run.summary = {
+                    "name": run.op.name,
+                    "verified": False,
+                    "stopped": stopped(Stop.NOT_REACHED, why),
+                }
+            else:
+                try:
+                    run.summary = self._optimize(run, slot)
+                except KopeError as e:  # BaselineBroken, an unavailable toolchain, no correctness tests
+                    self.say(f"kope {run.op.name}: STOPPED: {e}", red=True)
+                    run.summary = {
+                        "name": run.op.name,
+                        "error": str(e),
+                        "verified": False,
+                        "stopped": stopped(Stop.ERROR, str(e)),
+                    }
+                    failed += 1
             self.config.hook.pytest_kope_operator_done(
                 operator=run.op.name, summary=run.summary, config=self.config
             )
         session.testsfailed = failed
         self._finish()
         return True
+
+    def _batch(self) -> int:
+        """Candidates per round: enough to keep every correctness worker busy twice."""
+        return max(2, self.jobs * 2)
 
     # -- setup -----------------------------------------------------------------------------------
     def _start(self, session: pytest.Session) -> None:
@@ -219,6 +284,12 @@ class KopeSession:
             hw = toolchain_of(self.config, run.op.toolchain).fingerprint()
             break
         self.hardware = hw
+        if hw:
+            self.say(f"kope: hardware: {label(hw, self.graph.ceilings(hw))}")
+        if self.clock.limited:
+            self.say(
+                f"kope: time budget {self.clock.minutes:g} min for the whole run, shared by the operators"
+            )
         self.graph.start_run(self.run_id, self.agent_name, hw)
         if hasattr(self.agent, "graph_sink"):  # LLM agents report every call's tokens to the graph
             self.agent.graph_sink = lambda op, model, used: self.graph.record_llm_call(
@@ -298,15 +369,15 @@ class KopeSession:
         count = getattr(tc, "count_devices", lambda: 0)()
         return tuple(range(count))
 
-    def _optimize(self, run: OperatorRun) -> dict[str, Any]:
+    def _optimize(self, run: OperatorRun, slot: Slot | None = None) -> dict[str, Any]:
         op = run.op
+        started = time.monotonic()
         plan, tc = self._plan(run)
         judge = Judge(plan, tc.screen)
         timer = tc.timer()
         can_time = timer.can_time and bool(plan.performance)
         hw = tc.fingerprint()
         task = self.graph.task_id(op.name, op.family, op.toolchain, hw)
-        started = time.monotonic()
 
         baseline = judge.baseline(op.baseline())
         if not baseline.outcome.correct:
@@ -328,9 +399,7 @@ class KopeSession:
             self.say(f"kope {op.name}: not timing: {why}; nothing will be committed")
         baseline.outcome = Outcome.OK
         self.graph.record(task, self.run_id, baseline)
-        incumbent = baseline
-        history: list[Judged] = []
-        evaluations = evaluations_to_best = 0
+        self.clock.baselines.append(time.monotonic() - started)
         info = OperatorInfo(
             op.name,
             op.family,
@@ -354,68 +423,17 @@ class KopeSession:
             self.graph.record(task, self.run_id, j)
             self.config.hook.pytest_kope_candidate_judged(operator=op.name, result=j, config=self.config)
 
-        known = self.graph.best(task) if can_time else None
-        prior = self.graph.judged(task, known["candidate_hash"]) if known else None
-        if prior is not None and not self._may_run(prior.candidate, op.text):
-            self.say(
-                f"kope {op.name}: not resuming from {prior.candidate.short}: written by an agent, no jail here"
-            )
-            prior = None
-        if prior is not None and self._descends(task, prior, baseline.candidate.hash):
-            resumed = prior.candidate
-            again = self._judge_batch(judge, [resumed], incumbent, can_time, remember)[0]
-            evaluations += 1
-            history.append(again)
-            if again.outcome == Outcome.BETTER:
-                incumbent, evaluations_to_best = again, evaluations
-                self.say(
-                    f"kope {op.name}: resuming from the known best {resumed.short} ({again.speedup:.2f}x)"
-                )
-
-        def seen(h: str) -> bool:
-            return self.graph.lookup(task, h) is not None
-
-        # An LLM's candidate may declare its own knobs: a tuner sweeps them within the same budget.
-        sweeper = None if isinstance(self.agent, Tuner) else Tuner(seed=self.config.stash[SEED])
-        agents = [a for a in (self.agent, sweeper) if a is not None]
-        stalls = 0
-        while evaluations < self.budget and can_time:
-            ctx = Context(
-                info,
-                hw,
-                baseline,
-                incumbent,
-                history,
-                self.budget - evaluations,
-                self._recaller(op, hw),
-                seen,
-            )
-            room = min(max(2, plan.jobs * 2), self.budget - evaluations)
-            swept = sweeper.propose(ctx, max(1, room // 2)) if sweeper and _declares_knobs(incumbent) else []
-            batch = swept + self.agent.propose(ctx, room - len(swept))
-            known_verdicts = [v for c in batch if seen(c.hash) and (v := self.graph.judged(task, c.hash))]
-            if known_verdicts:  # judged in an earlier run: the agents learn from the record, no re-run
-                for agent in agents:
-                    agent.observe(ctx, known_verdicts)
-            batch = [c for c in batch if not seen(c.hash)]
-            if not batch:
-                stalls += 1
-                if stalls >= 2:
-                    break
-                continue
-            judged = self._judge_batch(judge, batch, incumbent, can_time, remember)
-            for j in judged:
-                evaluations += 1
-                history.append(j)
-                if j.outcome == Outcome.BETTER:
-                    incumbent, evaluations_to_best = j, evaluations
-            self.graph.distill(task, self.run_id)
-            for agent in agents:
-                agent.observe(ctx, judged)
-            self.say(
-                f"kope {op.name}: {evaluations}/{self.budget} evaluations, best {incumbent.speedup:.2f}x "
-                f"({incumbent.candidate.short}: {incumbent.candidate.idea})"
-            )
+        p = _Progress(
+            op, judge, info, hw, task, baseline, StopRule(self.budget, self.patience, slot), remember
+        )
+        if can_time:
+            self._resume(p)
+            self._search(p)
+        else:
+            p.rule.stop(Stop.NOT_TIMED, timer.why_not or "no performance test selected")
+        why = p.rule.why or stopped(Stop.BUDGET)
+        if why["reason"] != Stop.NOT_TIMED:
+            self.say(f"kope {op.name}: search stopped: {why['detail']}")
 
         try:
             summary = self._conclude(
@@ -423,19 +441,84 @@ class KopeSession:
                 judge,
                 plan,
                 baseline,
-                incumbent,
-                history,
-                evaluations,
-                evaluations_to_best,
+                p.incumbent,
+                p.history,
+                p.rule.evaluations,
+                p.best_at,
                 time.monotonic() - started,
                 hw,
                 task,
             )
             summary["flaky_tests"] = flaky  # the tests to fix, with the seeds that show it
             summary["fixed_input_tests"] = baseline.fixed_inputs  # tests that make their own inputs
+            summary["stopped"] = why
             return summary
         finally:
             judge.close()
+
+    def _resume(self, p: _Progress) -> None:
+        """Judge the best known attempt of this operator's line again: the search starts from it."""
+        op, task = p.op, p.task
+        known = self.graph.best(task)
+        prior = self.graph.judged(task, known["candidate_hash"]) if known else None
+        if prior is not None and not self._may_run(prior.candidate, op.text):
+            self.say(
+                f"kope {op.name}: not resuming from {prior.candidate.short}: written by an agent, no jail here"
+            )
+            prior = None
+        if prior is not None and self._descends(task, prior, p.baseline.candidate.hash):
+            t0 = time.monotonic()
+            again = self._judge_batch(p.judge, [prior.candidate], p.incumbent, True, p.remember)
+            p.judged(again, time.monotonic() - t0)
+            if again[0].outcome == Outcome.BETTER:
+                self.say(
+                    f"kope {op.name}: resuming from the known best {prior.candidate.short} "
+                    f"({again[0].speedup:.2f}x)"
+                )
+
+    def _search(self, p: _Progress) -> None:
+        """Propose, judge, remember, until the stop rule says stop (and why)."""
+        op = p.op
+
+        def seen(h: str) -> bool:
+            return self.graph.lookup(p.task, h) is not None
+
+        # An LLM's candidate may declare its own knobs: a tuner sweeps them within the same budget.
+        sweeper = None
+        if not isinstance(self.agent, Tuner):
+            sweeper = Tuner(seed=self.config.stash[SEED], explore_rate=self.explore_rate)
+        agents = [a for a in (self.agent, sweeper) if a is not None]
+        stalls = 0
+        while room := p.rule.room(self._batch()):
+            left = self.budget - p.rule.evaluations
+            ctx = Context(
+                p.info, p.hw, p.baseline, p.incumbent, p.history, left, self._recaller(op, p.hw), seen
+            )
+            swept = (
+                sweeper.propose(ctx, max(1, room // 2)) if sweeper and _declares_knobs(p.incumbent) else []
+            )
+            batch = swept + self.agent.propose(ctx, room - len(swept))
+            known_verdicts = [v for c in batch if seen(c.hash) and (v := self.graph.judged(p.task, c.hash))]
+            if known_verdicts:  # judged in an earlier run: the agents learn from the record, no re-run
+                for agent in agents:
+                    agent.observe(ctx, known_verdicts)
+            batch = [c for c in batch if not seen(c.hash)]
+            if not batch:
+                stalls += 1
+                done = getattr(self.agent, "done", None)  # the tuner says when it has converged
+                if done or stalls >= 2:
+                    p.rule.stop(*((Stop.CONVERGED, done) if done else _nothing_new(self.agent)))
+                continue
+            t0 = time.monotonic()
+            judged = self._judge_batch(p.judge, batch, p.incumbent, True, p.remember)
+            p.judged(judged, time.monotonic() - t0)
+            self.graph.distill(p.task, self.run_id)
+            for agent in agents:
+                agent.observe(ctx, judged)
+            self.say(
+                f"kope {op.name}: {p.rule.evaluations}/{self.budget} evaluations, best "
+                f"{p.incumbent.speedup:.2f}x ({p.incumbent.candidate.short}: {p.incumbent.candidate.idea})"
+            )
 
     def _may_run(self, candidate: Candidate, committed: str) -> bool:
         """Code an agent wrote (any source but the committed one) runs only in the jail, or where the
@@ -527,7 +610,13 @@ class KopeSession:
         verified = None
         branch = commit = None
         note = ""
-        if incumbent is not baseline:
+        if incumbent is not baseline and not self.clock.can_verify():
+            note = (
+                f"not verified: the time budget ran out ({max(0.0, self.clock.left()):.0f} s left, "
+                f"verifying takes about {self.clock.verify_s():.0f} s)"
+            )
+        elif incumbent is not baseline:
+            verify_started = time.monotonic()
             self.say(
                 f"kope {op.name}: verifying {incumbent.candidate.short} in a fresh process against the baseline"
             )
@@ -545,6 +634,7 @@ class KopeSession:
                 )
             else:
                 note = f"failed verification: {fresh.outcome.value}: {(fresh.failures or fresh.notes or [''])[0][:300]}"
+            self.clock.verifies.append(time.monotonic() - verify_started)
             if verified is not None:
                 verified.speedup = verified.ratio
                 if self.vcs is not None:
@@ -583,21 +673,34 @@ class KopeSession:
         if hasattr(self.agent, "close"):
             self.agent.close()
         self.graph.finish_run(self.run_id, usage)
+        ceilings = self.graph.ceilings(self.hardware) if self.hardware else None
         data = {
             "run_id": self.run_id,
             "hardware": self.hardware,
-            "hardware_name": describe(self.hardware) if self.hardware else "",
+            "hardware_name": label(self.hardware, ceilings) if self.hardware else "",
             "agent": self.agent_name,
             "budget": self.budget,
+            "patience": self.patience,
+            "explore_rate": self.explore_rate,
+            "time_budget_minutes": self.clock.minutes,
+            "seconds": round(self.clock.now() - self.clock.start, 1),
             "availability": self.availability,
             "isolation": sandbox.isolation_summary(),
             "usage": usage,
             "operators": [r.summary for r in self.operators.values()],
+            "lessons": self._lessons_that_mattered(),
         }
-        paths = report.write(self.run_dir, data, self.config.getoption("kope_report"))
+        paths = report.write(self.run_dir, data, markdown(data), self.config.getoption("kope_report"))
         if self.tw is not None:
             self.tw.write_sep("=", "kope: results")
             self.tw.write_line(report.final_table(data["operators"]))
             self.tw.write_line(f"kope: report {paths[0]} and {paths[1]}")
+            report.install_closing_line(self.tw, data["operators"])
         self.graph.checkpoint()  # the WAL folded into the file, so a CI cache of experience.db is whole
         self.graph.close()
+
+    def _lessons_that_mattered(self) -> dict[str, list[dict[str, Any]]]:
+        """Per operator, the lessons this run taught or confirmed, strongest evidence first."""
+        from .memory.lessons import learned_in_run
+
+        return {name: learned_in_run(self.graph, self.run_id, name) for name in self.operators}

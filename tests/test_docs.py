@@ -35,6 +35,9 @@ def test_help_lists_every_option_and_the_readme_documents_them(pytester: pytest.
         "--kope-push",
         "--kope-pr",
         "--kope-since",
+        "--kope-patience",
+        "--kope-explore",
+        "--kope-time-budget",
     }
     assert expected <= options
     missing = sorted(o for o in options if o not in README)

@@ -46,8 +46,10 @@ def test_tuner_commits_verified_winner_and_leaves_checkout_untouched(
             "*kope scale: */3 evaluations, best *x*",
             "*kope: results*",
             "*scale*yes*kope/scale*",
+            "*= kope: 1 operator, 1 verified winner (*x), 0 stopped in *",
         ]
     )
+    assert "no tests ran" not in result.stdout.str()
     assert status(root) == status_before
     assert git(root, "rev-parse", "HEAD") == head_before
     assert git(root, "branch", "--show-current") == branch_before
@@ -88,13 +90,17 @@ def test_tuner_commits_verified_winner_and_leaves_checkout_untouched(
         assert key in op
     assert op["verified"] and op["speedup"] > 1.05 and op["best_s"] < op["baseline_s"]
     assert all({"id", "idea", "params", "outcome"} <= set(c) for c in op["candidates"])
-    assert (root / ".kope" / "runs" / data["run_id"] / "report.md").exists()
+    md = (root / ".kope" / "runs" / data["run_id"] / "report.md").read_text()
+    assert "## scale" in md and "- Why the search stopped: " in md and "```" not in md
+    assert op["stopped"]["reason"] in ("budget", "no_gain", "converged")
 
     # A rerun starts from the known best, judges nothing twice, and adds no commit.
     tip = git(root, "rev-parse", "kope/scale")
     again = run_optimize(pytester, "--kope-budget", "3", "--kope-agent", "tuner")
     assert again.ret == 0, again.stdout.str()
     assert git(root, "rev-parse", "kope/scale") == tip
+    # every point was tried in the first run: the search stops at once, and says why
+    again.stdout.fnmatch_lines(["*kope scale: search stopped: tried every point of the tuning space*"])
     db = sqlite3.connect(root / ".kope" / "experience.db")
     dupes = db.execute(
         "SELECT count(*) FROM (SELECT task_id, candidate_hash FROM attempts "
@@ -149,12 +155,17 @@ def test_broken_baseline_stops_that_operator_and_others_go_on(pytester: pytest.P
         name="twice",
     )
     result = run_optimize(pytester, "--kope-budget", "1", "--kope-agent", "tuner", "--kope-no-commit")
-    assert result.ret == 1
+    assert result.ret == 1  # an operator stopped on an error
     result.stdout.fnmatch_lines(
-        ["*kope twice: STOPPED: the committed kernel */twice.c fails its own correctness*"]
+        [
+            "*kope twice: STOPPED: the committed kernel */twice.c fails its own correctness*",
+            "*twice*error*error: the committed kernel*",
+            "*= kope: 2 operators, *, 1 stopped in *",
+        ]
     )
     ops = {o["name"]: o for o in report_of(pytester.path)["operators"]}
     assert "error" in ops["twice"] and ops["scale"]["evaluations"] == 1
+    assert ops["twice"]["stopped"]["reason"] == "error" and ops["scale"]["stopped"]["reason"] == "budget"
 
 
 def test_k_selects_operators(pytester: pytest.Pytester) -> None:
@@ -163,8 +174,28 @@ def test_k_selects_operators(pytester: pytest.Pytester) -> None:
         pytester.path, SCALE_C.replace("scale", "twice"), SCALE_TEST.replace("scale", "twice"), name="twice"
     )
     result = run_optimize(pytester, "--kope-budget", "1", "--kope-no-commit", "-k", "twice")
-    assert result.ret == 0, result.stdout.str()
+    assert result.ret == 0, result.stdout.str()  # finished, winner or not
+    result.stdout.fnmatch_lines(["*= kope: 1 operator, *, 0 stopped, * deselected in *"])
     assert [o["name"] for o in report_of(pytester.path)["operators"]] == ["twice"]
+
+
+def test_a_spent_time_budget_ends_the_run_cleanly(pytester: pytest.Pytester) -> None:
+    make_op_repo(pytester.path, commit=False)
+    make_op_repo(
+        pytester.path, SCALE_C.replace("scale", "twice"), SCALE_TEST.replace("scale", "twice"), name="twice"
+    )
+    for option in (["--kope-time-budget", "0"], ["-o", "kope_time_budget=0"]):
+        result = run_optimize(pytester, "--kope-no-commit", *option)
+        assert result.ret == 0, result.stdout.str()
+        result.stdout.fnmatch_lines(
+            [
+                "*kope scale: not started: the time budget (0 min) ran out before it began*",
+                "*= kope: 2 operators, 0 verified winners, 0 stopped, 2 not reached (time budget) in *",
+            ]
+        )
+    reports = sorted((pytester.path / ".kope" / "runs").glob("*/report.json"))
+    ops = json.loads(reports[-1].read_text())["operators"]
+    assert [o["stopped"]["reason"] for o in ops] == ["not_reached", "not_reached"]
 
 
 def test_claude_without_key_is_one_line_error(pytester: pytest.Pytester, op_repo, monkeypatch) -> None:

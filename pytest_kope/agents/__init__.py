@@ -17,7 +17,7 @@ def pytest_kope_make_agent(name: str, config: pytest.Config) -> Any:
     if name == "tuner":
         from .tuner import Tuner
 
-        return Tuner(seed=config.stash.get(_seed_key(), 0))
+        return Tuner(seed=config.stash.get(_seed_key(), 0), explore_rate=explore_rate(config))
     if name.startswith("replay:"):
         from .replay import Replay
 
@@ -35,6 +35,22 @@ def pytest_kope_make_agent(name: str, config: pytest.Config) -> Any:
     if name in ("replay", "replay:"):
         raise ConfigError("--kope-agent replay needs a folder: --kope-agent replay:DIR")
     return None
+
+
+def explore_rate(config: pytest.Config) -> float:
+    """--kope-explore (or ini kope_explore): the share of tuner proposals that may retry losing values."""
+    from .tuner import EXPLORE_RATE
+
+    value = config.getoption("kope_explore")
+    if value is None:
+        value = config.getini("kope_explore") or None
+    try:
+        rate = EXPLORE_RATE if value is None else float(value)
+    except ValueError:
+        raise ConfigError(f"--kope-explore takes a share between 0 and 1, got {value!r}") from None
+    if not 0.0 <= rate <= 1.0:
+        raise ConfigError(f"--kope-explore takes a share between 0 and 1, got {rate}")
+    return rate
 
 
 def _seed_key():

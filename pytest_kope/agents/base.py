@@ -48,7 +48,9 @@ class Agent(Protocol):
     name: str
 
     def propose(self, ctx: Context, n: int) -> list[Candidate]:
-        """Up to `n` new candidates. An empty list means the agent has nothing more to try."""
+        """Up to `n` new candidates. An empty list means the agent has nothing more to try; an agent
+        that knows its search has converged may say why in an attribute `done` (a str, else None),
+        which the report gives as the reason the operator's search stopped."""
 
     def observe(self, ctx: Context, results: list[Judged]) -> None:
         """The verdicts on the last proposals (in the order proposed)."""

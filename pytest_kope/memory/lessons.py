@@ -186,6 +186,17 @@ def value_of(wins: int, uses: int) -> float:
     return (wins + 1) / (uses + 2)
 
 
+LOSING_VALUE = 0.25  # 0 helps in 2 tries, at most 1 in 6, 2 in 10: one lucky noise win is forgiven
+
+
+def marks_losing(uses: int, wins: int, fails: int, effect: float | None) -> bool:
+    """Whether a lesson says its key loses: tried at least twice, (almost) never helped, and it mostly
+    broke things or made them slower beyond noise."""
+    if uses < 2 or value_of(wins, uses) > LOSING_VALUE:
+        return False
+    return fails * 2 > uses or (effect is not None and effect < 1 / NOISE)
+
+
 def describe(row: dict[str, Any], data: dict[str, Any], hardware: str) -> str:
     """The lesson in one sentence, from its current evidence."""
     family = f"{row['family']}, " if row["family"] else ""
@@ -205,3 +216,35 @@ def describe(row: dict[str, Any], data: dict[str, Any], hardware: str) -> str:
         return f"{subject}: {effect:.2f}x {where}{tally}"
     verdict = "slower" if effect < 1 / NOISE else "no gain"
     return f"{subject}: {verdict} ({effect:.2f}x) {where}{tally}"
+
+
+def learned_in_run(graph: Graph, run_id: str, operator: str, limit: int = 5) -> list[dict[str, Any]]:
+    """The lessons this run's attempts of an operator taught or confirmed, those with the strongest
+    evidence first (a large effect seen often, or a value that keeps breaking things)."""
+    rows = graph.rows(
+        "SELECT DISTINCT l.* FROM lessons l JOIN edges e ON e.src_kind = 'lesson'"
+        " AND e.src_id = CAST(l.id AS TEXT) AND e.rel = 'learned_from' AND e.dst_kind = 'attempt'"
+        " JOIN attempts a ON a.id = CAST(e.dst_id AS INTEGER) JOIN tasks t ON t.id = a.task_id"
+        " WHERE a.run_id = ? AND t.operator = ?",
+        (run_id, operator),
+    )
+
+    def weight(r: dict[str, Any]) -> float:
+        size = abs(math.log(r["effect"])) if r["effect"] else 0.0
+        broken = 1.0 if r["fails"] * 2 > r["uses"] else 0.0
+        return (size + broken) * min(r["uses"], 4)
+
+    rows.sort(key=lambda r: (-weight(r), r["id"]))
+    return [
+        {
+            "text": r["text"],
+            "kind": r["kind"],
+            "key": r["key"],
+            "value": round(r["value"], 3),
+            "uses": r["uses"],
+            "effect": r["effect"],
+            "losing": marks_losing(r["uses"], r["wins"], r["fails"], r["effect"]),
+        }
+        for r in rows[:limit]
+        if weight(r) > 0
+    ]

@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from .lessons import marks_losing
 from .rows import CORRECT
 from .scope import (
     hardware_key,
@@ -66,9 +67,16 @@ class RecalledLesson:
     family: str = ""
     structure: float = 1.0  # the structure weight alone (operator, hardware, toolchain closeness)
     data: dict[str, Any] = field(default_factory=dict)
+    wins: int = 0
+    fails: int = 0
+    effect: float | None = None  # geometric mean ratio against the parent, over correct observations
 
     def line(self) -> str:
         return f"- {self.text} [value {self.value:.2f}, {self.scope}]"
+
+    def losing(self) -> bool:
+        """Whether the lesson marks its key as losing (slower beyond noise, or broken), see lessons.py."""
+        return marks_losing(self.uses, self.wins, self.fails, self.effect)
 
 
 @dataclass
@@ -216,6 +224,9 @@ def _lessons(graph: Graph, query: RecallQuery, params: dict[str, Any]) -> list[R
                 family=r["family"] or "",
                 structure=r["structure"],
                 data=data,
+                wins=r["wins"] or 0,
+                fails=r["fails"] or 0,
+                effect=r["effect"],
             )
         )
     scored.sort(key=lambda lesson: (-lesson.score, -lesson.id))

@@ -1,24 +1,24 @@
 """Where a fact holds: hardware identity from a fingerprint, and how close two scopes are.
 
-A fingerprint is whatever dict the toolchain reports (arch, CPU or device model, SIMD flags, cores,
-compiler). Its id is a short hash of the whole dict, so a new compiler version is new hardware.
+A fingerprint is whatever dict the toolchain reports (arch, CPU or device model, SIMD flags and level,
+cores, caches, compiler). Its id is a short hash of its identity (all but the descriptive keys, see
+pytest_kope.hardware), so a new compiler version is new hardware, a re-read cache size is not.
 Closeness drives recall: same operator > same family > other; same hardware > same arch > other.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping
 from typing import Any
+
+from ..hardware import fingerprint_id, level_of
 
 # Structure weights of recall (multiplied): a fact about this very operator on this very machine counts
 # fully; one about a sibling operator or a machine of the same architecture counts for less.
 OPERATOR_WEIGHT = {"operator": 1.0, "family": 0.5, "other": 0.15}
 HARDWARE_WEIGHT = {"hardware": 1.0, "arch": 0.6, "other": 0.3}
 TOOLCHAIN_WEIGHT = {"same": 1.0, "other": 0.5}
-
-_SIMD_ORDER = ("avx512f", "avx512", "avx2", "avx", "sse4_2", "sve2", "sve", "asimd", "neon")
 
 
 def canonical(data: Any) -> str:
@@ -27,8 +27,10 @@ def canonical(data: Any) -> str:
 
 
 def hardware_key(fingerprint: Mapping[str, Any]) -> str:
-    """The short content hash naming a fingerprint (the same as pytest_kope.hardware.fingerprint_id)."""
-    return hashlib.sha256(canonical(dict(fingerprint)).encode()).hexdigest()[:12]
+    """The short content hash naming a fingerprint's identity (pytest_kope.hardware.fingerprint_id):
+    facts derived from others or read from varying sources (the SIMD level, cache sizes) leave it out,
+    so runs on the same machine stay comparable."""
+    return fingerprint_id(fingerprint)
 
 
 def _first(fp: Mapping[str, Any], *names: str) -> Any:
@@ -69,8 +71,8 @@ def hardware_label(fingerprint: Mapping[str, Any]) -> str:
         return str(fp["label"])
     model = str(_first(fp, "model", "cpu", "cpu_model", "device", "device_name") or "")
     model = " ".join(w for w in model.replace("(R)", "").replace("(TM)", "").split() if w != "Processor")
-    flags = set(_simd(fp).lower().split())
-    best = next((f for f in _SIMD_ORDER if f in flags), "")
+    flags = _simd(fp).lower().split()
+    best = level_of({**fp, "simd": flags})
     words = [w for w in (model[:40], best) if w]
     return " ".join(words) or str(_first(fp, "arch", "machine") or "unknown hardware")
 

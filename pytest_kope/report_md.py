@@ -1,0 +1,141 @@
+"""report.md: the run for people. A summary, the results table, what the agent cost, and one section
+per operator (before and after, outcomes, why the search stopped, the lessons that mattered). No raw
+JSON: report.json beside it keeps everything."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tabulate import tabulate
+
+from .report import closing_parts, final_table, review_lines, seconds, stop_text
+
+USAGE_HEADERS = ["agent", "calls", "tokens in", "tokens out", "cached", "retries", "faults"]
+
+
+def duration(s: float | None) -> str:
+    """11m52s, 3m05s, 42s."""
+    if s is None:
+        return "-"
+    m, sec = divmod(round(s), 60)
+    return f"{m}m{sec:02d}s" if m else f"{sec}s"
+
+
+def _count(value: Any) -> int:
+    return len(value) if isinstance(value, (list, tuple)) else int(value or 0)
+
+
+def usage_table(agent: str, usage: dict[str, Any]) -> str:
+    """One row per agent: calls, tokens in/out/cached, retries and faults ('-' where it has none)."""
+
+    def cell(key: str) -> Any:
+        return f"{usage[key]:,}" if isinstance(usage.get(key), int) else "-"
+
+    cached = None
+    if any(k in usage for k in ("cache_read_input_tokens", "cache_creation_input_tokens")):
+        cached = f"{usage.get('cache_read_input_tokens', 0):,}"
+    row = [
+        agent,
+        cell("calls"),
+        cell("input_tokens"),
+        cell("output_tokens"),
+        cached or "-",
+        _count(usage.get("retries")),
+        _count(usage.get("faults")),
+    ]
+    return tabulate([row], headers=USAGE_HEADERS, tablefmt="github")
+
+
+def _usage_section(data: dict[str, Any]) -> list[str]:
+    usage = data.get("usage") or {}
+    lines = ["## Agent usage", "", usage_table(str(data.get("agent", "?")), usage), ""]
+    extra = {
+        k: v
+        for k, v in usage.items()
+        if isinstance(v, (int, float))
+        and not isinstance(v, bool)
+        and k not in ("calls",)
+        and not k.endswith("_tokens")
+    }
+    if extra:
+        lines += [", ".join(f"{k.replace('_', ' ')}: {v}" for k, v in sorted(extra.items())), ""]
+    for title, key in (("Faults", "faults"), ("Retries", "retries"), ("Notes", "notes")):
+        items = usage.get(key)
+        if isinstance(items, list) and items:
+            lines += [f"{title}:", "", *(f"- {str(i)[:300]}" for i in items[:20]), ""]
+    if usage.get("model"):
+        lines += [f"Model: {usage['model']}", ""]
+    return lines
+
+
+def _outcomes(o: dict[str, Any]) -> str:
+    counts = o.get("outcomes") or {}
+    return ", ".join(f"{n} {k}" for k, n in sorted(counts.items(), key=lambda kv: -kv[1])) or "none"
+
+
+def _before_after(o: dict[str, Any]) -> str:
+    before, after = seconds(o.get("baseline_s")), seconds(o.get("best_s"))
+    if o.get("verified"):
+        head = f"{before} -> {after}: {o['speedup']:.2f}x faster, verified in a fresh process"
+        where = f", committed {o['commit'][:10]} to `{o['branch']}`" if o.get("commit") else ""
+        return head + where + "."
+    if o.get("speedup", 1.0) > 1.0:
+        return f"{before} -> {after} ({o['speedup']:.2f}x), not verified: nothing committed."
+    return f"{before}: no faster kernel found; nothing committed."
+
+
+def operator_section(
+    o: dict[str, Any], lessons: list[dict[str, Any]], budget: int | None = None
+) -> list[str]:
+    lines = [f"## {o['name']}", ""]
+    why = (o.get("stopped") or {}).get("detail") or stop_text(o)
+    if "baseline_s" not in o:
+        what = f"Stopped on an error: {o['error']}" if "error" in o else f"Not optimized: {why}."
+        return lines + [what, ""]
+    of = f" of {budget}" if budget else ""
+    lines += [
+        _before_after(o),
+        "",
+        f"- Evaluations: {o['evaluations']}{of}, best found at evaluation {o['evaluations_to_best']}"
+        f" ({duration(o.get('seconds'))})",
+        f"- Outcomes: {_outcomes(o)}",
+        f"- Why the search stopped: {why}",
+    ]
+    best = o.get("best") or {}
+    if best.get("idea") and o.get("speedup", 1.0) > 1.0:
+        params = " ".join(f"{k}={v}" for k, v in sorted((best.get("params") or {}).items()))
+        lines.append(f"- Winner: {best['idea']}" + (f" (`{params}`)" if params else ""))
+    if o.get("note") and not (o.get("commit") and o["note"].startswith("committed")):
+        lines.append(f"- Note: {o['note']}")
+    if lessons:
+        lines += ["", "Lessons that mattered:", ""]
+        lines += [f"- {lesson['text']} (value {lesson['value']:.2f})" for lesson in lessons]
+    return lines + [""]
+
+
+def markdown(data: dict[str, Any]) -> str:
+    operators = data.get("operators", [])
+    time_budget = data.get("time_budget_minutes")
+    search = (
+        f"budget {data['budget']} evaluations per operator, patience {data.get('patience', '-')}, "
+        f"exploration rate {data.get('explore_rate', '-')}"
+        + (f", time budget {time_budget:g} min" if time_budget is not None else "")
+    )
+    lines = [
+        f"# pytest-kope run {data['run_id']}",
+        "",
+        f"- Hardware: {data.get('hardware_name', '') or 'unknown'}",
+        f"- Agent: {data['agent']}; {search}",
+        f"- Wall time: {duration(data.get('seconds'))}",
+        f"- Outcome: {', '.join(closing_parts(operators))}",
+        "",
+        final_table(operators, fmt="github"),
+        "",
+    ]
+    review = review_lines(operators)  # pushes, pull requests, speedup plots
+    lines += [*review[1:], ""] if review else []
+    lines += _usage_section(data)
+    lessons = data.get("lessons") or {}
+    for o in operators:
+        lines += operator_section(o, lessons.get(o["name"], []), data.get("budget"))
+    return "\n".join(lines).rstrip() + "\n"

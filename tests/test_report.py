@@ -1,0 +1,150 @@
+"""report.md is for people, report.json keeps everything and matches its shipped schema, and pytest's
+last line says what the run did."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import jsonschema
+import pytest
+
+from pytest_kope import report
+from pytest_kope.candidate import Candidate
+from pytest_kope.judge.outcome import Judged, Outcome, Timing
+from pytest_kope.report_md import markdown
+from pytest_kope.stopping import Stop, stopped
+
+SRC = "// kope: param VEC = 0 | 8\nvoid f(const float *x, float *y, int n) {}\n"
+
+
+def judged(params, outcome, speedup=None, parent=None, agent="tuner") -> Judged:
+    idea = "tune " + " ".join(f"{k}={v}" for k, v in params.items())
+    cand = Candidate(SRC, "f.c", "c", dict(params), idea, agent, parent)
+    timings = (
+        [Timing("t::test_perf", 1e-3, 1e-3 / speedup, speedup, speedup * 0.9, speedup, 9)] if speedup else []
+    )
+    return Judged(cand, outcome, timings=timings, speedup=speedup)
+
+
+def run_data(tmp_path: Path) -> dict:
+    op = SimpleNamespace(name="f", family="elementwise", toolchain="c", source=tmp_path / "f.c")
+    base = judged({"VEC": 0}, Outcome.OK, 1.0, agent="baseline")
+    win = judged({"VEC": 8}, Outcome.BETTER, 3.0, parent=base.candidate.hash)
+    broken = judged({"VEC": 16}, Outcome.INCORRECT, parent=base.candidate.hash)
+    summary = report.operator_summary(
+        op, base, win, True, 2, 1, [win, broken], "kope/f", "abc1234def", "committed abc1234def", 12.0
+    )
+    summary["stopped"] = stopped(Stop.NO_GAIN, "no gain in the last 8 evaluations", 8)
+    error = {"name": "g", "error": "the committed kernel g.c fails", "verified": False}
+    error["stopped"] = stopped(Stop.ERROR, error["error"])
+    late = {"name": "h", "verified": False, "stopped": stopped(Stop.NOT_REACHED, "time budget ran out")}
+    lesson = {"text": "VEC=8: 3.00x on f", "kind": "param", "key": "VEC=8", "value": 0.67, "uses": 1}
+    return {
+        "run_id": "20261130-120000-abcdef",
+        "hardware": {
+            "arch": "x86_64",
+            "model": "AMD EPYC",
+            "simd": ["avx2"],
+            "simd_level": "avx2",
+            "cores": 2,
+        },
+        "hardware_name": "AMD EPYC (x86_64, avx2, 2 cores)",
+        "agent": "claude",
+        "budget": 24,
+        "patience": 8,
+        "explore_rate": 0.1,
+        "time_budget_minutes": 3.0,
+        "seconds": 712.0,
+        "availability": {"c": {"available": True, "reason": "gcc 12"}},
+        "isolation": ["bubblewrap: no network"],
+        "usage": {
+            "calls": 7,
+            "input_tokens": 12000,
+            "output_tokens": 3400,
+            "cache_read_input_tokens": 9000,
+            "cache_creation_input_tokens": 1000,
+            "faults": ["f: HTTP 529 overloaded"],
+            "retries": ["f: HTTP 429, retried in 2.0 s"],
+            "notes": [],
+            "per_operator": {"f": {"calls": 7}},
+            "model": "claude-sonnet-4-5",
+        },
+        "operators": [summary, error, late],
+        "lessons": {"f": [{**lesson, "effect": 3.0, "losing": False}], "g": [], "h": []},
+    }
+
+
+def test_report_json_matches_the_shipped_schema_and_the_schema_bites(tmp_path: Path) -> None:
+    schema = report.report_schema()
+    jsonschema.Draft202012Validator.check_schema(schema)
+    data = json.loads(json.dumps(run_data(tmp_path), default=str))
+    jsonschema.validate(data, schema)
+    for breakage in (
+        lambda d: d["operators"][0].pop("stopped"),
+        lambda d: d["operators"][0].pop("candidates"),  # an optimized operator keeps its full account
+        lambda d: d["operators"][0]["stopped"].update(reason="tired"),
+        lambda d: d["operators"][0]["candidates"][0].update(outcome="great"),
+        lambda d: d["operators"][1].update(verified=True),  # an operator that stopped on an error
+        lambda d: d.pop("usage"),
+    ):
+        broken = copy.deepcopy(data)
+        breakage(broken)
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(broken, schema)
+
+
+def test_report_md_is_for_people(tmp_path: Path) -> None:
+    md = markdown(run_data(tmp_path))
+    assert "{" not in md and "```" not in md  # no raw JSON
+    assert "- Outcome: kope: 3 operators, 1 verified winner (3.0x), 1 stopped, 1 not reached" in md
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in md.splitlines() if "| claude" in line]
+    assert rows == [["claude", "7", "12,000", "3,400", "9,000", "1", "1"]]
+    assert "| agent   |   calls |   tokens in |   tokens out |   cached |   retries |   faults |" in md
+    assert "- f: HTTP 529 overloaded" in md
+    section = md.split("## f\n")[1].split("## g\n")[0]
+    assert (
+        "1 ms -> 333 us: 3.00x faster, verified in a fresh process, committed abc1234def to `kope/f`."
+        in section
+    )
+    assert "- Evaluations: 2 of 24, best found at evaluation 1 (12s)" in section
+    assert "- Outcomes: 1 better, 1 incorrect" in section
+    assert "- Why the search stopped: no gain in the last 8 evaluations" in section
+    assert "- VEC=8: 3.00x on f (value 0.67)" in section
+    assert "Stopped on an error: the committed kernel g.c fails" in md
+    assert "Not optimized: time budget ran out." in md
+    table = md.split("## Agent usage")[0]
+    stops = [line.split("|")[8].strip() for line in table.splitlines() if line.startswith("| ")][1:]
+    assert stops == ["no gain in 8", "error", "not reached"]
+
+
+@pytest.mark.parametrize(
+    "speedups, errors, unreached, parts",
+    [
+        ([3.4, 66.0, 12.0], 0, 0, ["kope: 3 operators", "3 verified winners (3.4x-66x)", "0 stopped"]),
+        ([2.1], 1, 0, ["kope: 2 operators", "1 verified winner (2.1x)", "1 stopped"]),
+        (
+            [],
+            0,
+            2,
+            [
+                "kope: 3 operators",
+                "0 verified winners",
+                "1 without a winner",
+                "0 stopped",
+                "2 not reached (time budget)",
+            ],
+        ),
+    ],
+)
+def test_the_closing_line_counts_operators_winners_and_stops(speedups, errors, unreached, parts) -> None:
+    ops = [{"name": f"w{i}", "verified": True, "speedup": s} for i, s in enumerate(speedups)]
+    ops += [{"name": f"e{i}", "error": "x", "verified": False} for i in range(errors)]
+    ops += [
+        {"name": f"u{i}", "verified": False, "stopped": {"reason": "not_reached"}} for i in range(unreached)
+    ]
+    if not speedups and not errors:
+        ops.append({"name": "plain", "verified": False, "speedup": 1.0})
+    assert report.closing_parts(ops) == parts

@@ -1,0 +1,189 @@
+"""A budget is a cap, not a quota: the stop rules, the run's time budget, and a tuner that does not
+spend evaluations on values the experience graph already knows lose (real SQLite graph)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_kope.agents.base import Context, OperatorInfo
+from pytest_kope.agents.tuner import Tuner
+from pytest_kope.candidate import Candidate
+from pytest_kope.judge.outcome import Judged, Outcome, Timing
+from pytest_kope.memory import Graph
+from pytest_kope.memory.recall import RecallQuery
+from pytest_kope.spec import parse_spec
+from pytest_kope.stopping import RunClock, Stop, StopRule
+
+HW = {"arch": "x86_64", "model": "AMD EPYC", "simd": ["avx2", "avx512f"], "cores": 2, "compiler": "gcc 12"}
+OTHER_HW = {**HW, "model": "Intel Xeon"}
+SRC = """\
+// kope: kernel void rowsum(const float *x, float *y, int rows, int cols)
+// kope: param THREADS = 1 | 2
+// kope: param VEC = 0 | 8 | 16
+void rowsum(const float *x, float *y, int rows, int cols) {}
+"""
+
+
+# -- the stop rule and the clock -----------------------------------------------------------------------
+
+
+def test_patience_stops_after_n_successive_evaluations_without_a_gain() -> None:
+    rule = StopRule(budget=24, patience=3)
+    assert rule.room(4) == 3  # never more than patience allows: the rule stops at exactly N
+    rule.record([False, False], 1.0)
+    assert rule.room(4) == 1
+    rule.record([True], 1.0)  # a gain starts the count again
+    assert rule.room(4) == 3
+    rule.record([False, False, False], 1.0)
+    assert rule.room(4) == 0 and rule.evaluations == 6
+    assert rule.why == {
+        "reason": "no_gain",
+        "short": "no gain in 3",
+        "detail": "no gain in the last 3 evaluations (--kope-patience 3)",
+    }
+
+
+def test_the_budget_caps_and_patience_zero_never_stops() -> None:
+    rule = StopRule(budget=5, patience=0)
+    assert rule.room(4) == 4
+    rule.record([False] * 4, 1.0)
+    assert rule.room(4) == 1
+    rule.record([False], 1.0)
+    assert rule.room(4) == 0 and rule.why["reason"] == "budget" and rule.why["short"] == "budget spent"
+    rule.stop(Stop.ERROR, "a later reason")  # the first reason stands
+    assert rule.why["reason"] == "budget"
+
+
+def test_the_time_budget_is_shared_and_leaves_time_to_verify() -> None:
+    t = [0.0]
+    clock = RunClock(minutes=2, now=lambda: t[0])  # 120 s for 4 operators
+    slot = clock.slot(operators_left=4, batch=4)  # nothing measured yet: the first one starts on a guess
+    assert slot is not None and slot.deadline == pytest.approx(15 + 4 * 15 + 22.5)  # at least one round
+    t[0] = 10.0
+    clock.baselines.append(10.0)  # its baseline took 10 s: a verification ~15 s, an evaluation ~10 s
+    rule = StopRule(budget=24, patience=0, slot=slot)
+    assert rule.room(4) == 4
+    rule.record([False] * 4, 20.0)  # 5 s per evaluation
+    t[0] = 30.0
+    assert rule.room(4) == 4
+    t[0] = 75.0  # (97.5 - 75 - 15) / 5: one more fits
+    assert rule.room(4) == 1
+    t[0] = 90.0
+    assert rule.room(4) == 0 and rule.why["reason"] == "time"
+    assert clock.can_verify()  # verifying may use the rest of the run's time
+    late = StopRule(budget=24, patience=0, slot=slot)  # an operator whose baseline used up its share
+    assert late.room(4) == 3  # still gets its first round from the run's time: (120 - 90 - 15) / 5
+    late.record([False], 5.0)
+    assert late.room(4) == 0 and late.why["reason"] == "time"
+    t[0] = 100.0  # 20 s left: less than a baseline, a round and a verification (10 + 20 + 15)
+    assert clock.slot(operators_left=3, batch=4) is None
+    t[0] = 110.0
+    assert not clock.can_verify()
+
+
+def test_a_long_time_budget_gives_each_operator_an_equal_share() -> None:
+    t = [0.0]
+    clock = RunClock(minutes=20, now=lambda: t[0])
+    clock.baselines.append(10.0)
+    assert clock.slot(operators_left=4, batch=4).deadline == pytest.approx(300.0)
+    t[0] = 100.0  # the first stopped early: the others share what it left
+    assert clock.slot(operators_left=3, batch=4).deadline == pytest.approx(100 + 1100 / 3)
+    assert RunClock(minutes=0, now=lambda: 0.0).slot(1, 4) is None
+
+
+# -- the tuner and the lessons -------------------------------------------------------------------------
+
+
+def judged(params, speedup=None, parent=None, agent="tuner", outcome=Outcome.OK) -> Judged:
+    cand = Candidate(SRC, "rowsum.c", "c", dict(params), idea="", agent=agent, parent=parent)
+    timings = [Timing("t", 1e-3, 1e-3 / speedup, speedup, speedup, speedup, 9)] if speedup else []
+    return Judged(cand, outcome, timings=timings, speedup=speedup)
+
+
+@pytest.fixture
+def graph(tmp_path):
+    g = Graph(tmp_path / "experience.db")
+    yield g
+    g.close()
+
+
+def teach(graph: Graph, operator: str, family: str, hw: dict, slower: dict[str, int]) -> Judged:
+    """Record a baseline and two tries that change `slower` (with different VEC) and were 2x slower."""
+    task = graph.task_id(operator, family, "c", hw)
+    base = judged({"THREADS": 1, "VEC": 0}, 1.0, agent="baseline")
+    graph.record(task, "r0", base)
+    for vec in (8, 16):
+        graph.record(task, "r0", judged({**slower, "VEC": vec}, 0.5, parent=base.candidate.hash))
+    graph.distill(task, "r0")
+    return base
+
+
+def context(graph: Graph, operator: str = "rowsum", family: str = "rowwise", hw: dict = HW) -> Context:
+    spec = parse_spec(SRC, "rowsum.c")
+    task = graph.task_id(operator, family, "c", hw)
+    base = Judged(
+        Candidate(SRC, "rowsum.c", "c", dict(spec.space.defaults), "committed kernel", "baseline"),
+        Outcome.OK,
+        speedup=1.0,
+    )
+    info = OperatorInfo(operator, family, "c", "rowsum.c", SRC, spec.space, spec.kernels)
+
+    def recall(state: str = "", budget: int = 12):
+        return graph.recall(RecallQuery(operator, family, hw, "c", state, max_items=budget))
+
+    return Context(info, hw, base, base, [], 24, recall, lambda h: graph.lookup(task, h) is not None)
+
+
+def test_the_tuner_spends_nothing_on_values_lessons_mark_losing_then_says_it_converged(graph) -> None:
+    teach(graph, "rowsum", "rowwise", HW, {"THREADS": 2})
+    (lesson,) = [r for r in graph.lessons() if r["key"] == "THREADS=2"]
+    assert lesson["uses"] == 2 and lesson["wins"] == 0 and "slower" in lesson["text"]
+    tuner, ctx = Tuner(seed=1, explore_rate=0.0), context(graph)
+    first = tuner.propose(ctx, 4)
+    assert sorted((c.params["THREADS"], c.params["VEC"]) for c in first) == [(1, 8), (1, 16)]
+    assert tuner.done is None
+    assert tuner.propose(ctx, 4) == []  # only THREADS=2 with VEC=0 is left: predicted slower
+    assert tuner.done.startswith("converged: each of the 1 untried points changes a value")
+    assert "(THREADS=2)" in tuner.done
+
+
+def test_the_tuner_explores_a_losing_value_at_the_exploration_rate(graph) -> None:
+    teach(graph, "rowsum", "rowwise", HW, {"THREADS": 2})
+    tuner, ctx = Tuner(seed=1, explore_rate=0.5), context(graph)
+    batch = tuner.propose(ctx, 4)
+    explored = [c for c in batch if c.idea.startswith("explore")]
+    assert len(batch) == 3 and len(explored) == 1
+    assert explored[0].params == {"THREADS": 2, "VEC": 0}  # the incumbent with that one value changed
+    assert explored[0].idea == "explore (THREADS=2 lost before): tune THREADS=2"
+    assert tuner.usage()["explorations"] == 1
+
+
+@pytest.mark.parametrize(
+    "operator, family, hw, vetoed",
+    [
+        ("layernorm", "rowwise", HW, True),  # same family, same hardware
+        ("gelu", "elementwise", HW, False),  # another family
+        ("rowsum", "rowwise", OTHER_HW, False),  # another machine
+    ],
+)
+def test_lessons_veto_only_on_this_hardware_and_family(graph, operator, family, hw, vetoed) -> None:
+    teach(graph, operator, family, hw, {"THREADS": 2})
+    tuner = Tuner(seed=1, explore_rate=0.0)
+    proposed = tuner.propose(context(graph), 6)
+    assert any(c.params["THREADS"] == 2 for c in proposed) is not vetoed
+
+
+def test_each_operator_gets_its_own_search(graph) -> None:
+    calls = []
+    tuner = Tuner(seed=1, explore_rate=0.0)
+    for name in ("rowsum", "rmsnorm"):
+        ctx = context(graph, operator=name)
+        recall = ctx.recall
+        ctx.recall = lambda state="", budget=12, r=recall, n=name: (
+            calls.append((n, state)) or r(state, budget)
+        )
+        first = tuner.propose(ctx, 2)
+        tuner.observe(ctx, [Judged(c, Outcome.OK, speedup=1.0) for c in first])
+    started = [c for c in calls if c[1] == "no kernel yet"]
+    assert [n for n, _ in started] == ["rowsum", "rmsnorm"]  # each operator recalled its own priors
+    assert {n: len(s.observed) for n, s in tuner.searches.items()} == {"rowsum": 2, "rmsnorm": 2}
