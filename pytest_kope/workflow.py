@@ -424,7 +424,14 @@ class KopeSession:
             self.config.hook.pytest_kope_candidate_judged(operator=op.name, result=j, config=self.config)
 
         p = _Progress(
-            op, judge, info, hw, task, baseline, StopRule(self.budget, self.patience, slot), remember
+            op,
+            judge,
+            info,
+            hw,
+            task,
+            baseline,
+            StopRule(self.budget, 0 if getattr(self.agent, "exhaustive", False) else self.patience, slot),
+            remember,
         )
         if can_time:
             self._resume(p)

@@ -50,7 +50,9 @@ class Agent(Protocol):
     def propose(self, ctx: Context, n: int) -> list[Candidate]:
         """Up to `n` new candidates. An empty list means the agent has nothing more to try; an agent
         that knows its search has converged may say why in an attribute `done` (a str, else None),
-        which the report gives as the reason the operator's search stopped."""
+        which the report gives as the reason the operator's search stopped. An agent whose list is
+        fixed and meant to be judged whole (replay) sets a class attribute `exhaustive = True`: then
+        --kope-patience does not stop it early."""
 
     def observe(self, ctx: Context, results: list[Judged]) -> None:
         """The verdicts on the last proposals (in the order proposed)."""

@@ -19,6 +19,9 @@ from .base import Context
 
 class Replay:
     name = "replay"
+    # A folder is a fixed list that the user wants judged whole (a CI replay, a suite of hand-written
+    # variants): --kope-patience does not cut it short; the budget still caps it.
+    exhaustive = True
 
     def __init__(self, folder: str | Path, rootdir: Path | None = None):
         path = Path(folder)

@@ -160,7 +160,10 @@ class Child:
         except BaseException as e:  # noqa: BLE001 - a failed build is reported by its own event
             self.emit(event="replayed", problems=[f"could not load the candidate: {e}"][:1])
             return
-        problems = replay(self.replay, kernel._functions, Path("replayed").resolve())
+        try:
+            problems = replay(self.replay, kernel._functions, Path("replayed").resolve())
+        except Exception as e:  # e.g. no thread can start: the candidate's own fork bomb filled the cgroup
+            problems = [f"differential check: the replay failed: {type(e).__name__}: {e}"]
         self.emit(event="replayed", problems=problems[:5])
 
 
