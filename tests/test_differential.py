@@ -90,6 +90,7 @@ def _repo(tmp_path: Path, source: str, text: str, tests: str) -> Plan:
         sandbox.Limits(wall_s=120),
         seeds=2,
         jobs=2,
+        keep=tmp_path / "logs",  # each child's log, for the failure messages
     )
 
 

@@ -49,6 +49,8 @@ class Child:
             self.recorder = guards.RECORDER = Recorder()
 
     def emit(self, **event: Any) -> None:
+        if self.out.closed:  # after `done`: nothing the controller reads can follow it
+            return
         self.out.write(sign(self.key, json.dumps(event, default=str)) + "\n")
 
     def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
@@ -128,6 +130,7 @@ class Child:
             seconds=report.duration,
         )
 
+    @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         from ..settings import BENCH
         from .building import FAILED_BUILDS
