@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import KopeError
-from .rows import new_id
+from .rows import new_id, writing
 
 if TYPE_CHECKING:
     from .graph import Graph
@@ -120,7 +120,7 @@ def import_jsonl(graph: Graph, path: Path | str) -> dict[str, int]:
     path = Path(path)
     added: Counter[str] = Counter()
     merger = _Merger(graph, added)
-    with graph.db.atomic():
+    with writing(graph.db):
         for lineno, record in _lines(path):
             kind = record.pop("type")
             handler = getattr(merger, f"on_{kind.replace('-', '_')}", None)

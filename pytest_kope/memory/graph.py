@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from ..candidate import Candidate
 from ..judge.outcome import Judged, Outcome, Timing
 from .observe import observations_of, token_counts
-from .rows import CORRECT, expand_attempt, new_id, now  # noqa: F401 - CORRECT, now re-exported
+from .rows import CORRECT, expand_attempt, new_id, now, writing  # noqa: F401 - CORRECT, now re-exported
 from .schema import EDGE_RELATIONS, open_database
 from .scope import hardware_key, hardware_row
 
@@ -68,7 +68,7 @@ class Graph:
     def hardware_id(self, fingerprint: Mapping[str, Any]) -> str:
         """The id of a fingerprint, inserting its row the first time it is seen."""
         row = hardware_row(fingerprint)
-        with self.db.atomic():
+        with writing(self.db):
             self.db.table("hardware").insert({**row, "created": now()}, ignore=True)
         return str(row["id"])
 
@@ -78,7 +78,7 @@ class Graph:
         """The task of (operator, hardware, toolchain), created on first use; family and shapes are
         updated when given."""
         hw = self.hardware_id(hardware)
-        with self.db.atomic():
+        with writing(self.db):
             found = self.one(
                 "SELECT id, family, shapes FROM tasks WHERE operator = ? AND hardware_id = ? AND toolchain = ?",
                 (operator, hw, toolchain),
@@ -112,14 +112,14 @@ class Graph:
 
     def start_run(self, run_id: str, agent: str, hardware: Mapping[str, Any]) -> None:
         hw = self.hardware_id(hardware)
-        with self.db.atomic():
+        with writing(self.db):
             self._ensure_run(run_id)
             self.db.table("runs").update(run_id, {"agent": agent, "hardware_id": hw})
 
     def finish_run(self, run_id: str, usage: Mapping[str, Any]) -> None:
         """Close a run with the agent's usage (token counts; the rest kept as notes). Token counts the
         usage lacks are summed from the run's recorded LLM calls."""
-        with self.db.atomic():
+        with writing(self.db):
             self._ensure_run(run_id)
             calls = (
                 self.one(
@@ -144,7 +144,7 @@ class Graph:
 
     def record_llm_call(self, run_id: str, operator: str, model: str, usage: Mapping[str, Any]) -> None:
         """One LLM call's token usage (Anthropic `usage` names or the short ones)."""
-        with self.db.atomic():
+        with writing(self.db):
             self._ensure_run(run_id)
             row = {
                 "run_id": run_id,
@@ -166,7 +166,7 @@ class Graph:
     def save_ceilings(self, hardware: Mapping[str, Any], data: Mapping[str, Any]) -> None:
         """Store (replacing) this hardware's physics ceilings."""
         hw = self.hardware_id(hardware)
-        with self.db.atomic():
+        with writing(self.db):
             row = {"hardware_id": hw, "measured_at": now(), "data": _json(dict(data))}
             self.db.table("ceilings").upsert(row, pk="hardware_id")
 
@@ -182,7 +182,7 @@ class Graph:
         """Write one judged candidate whole, in one transaction; recording it again changes nothing."""
         c = judged.candidate
         outcome = Outcome(judged.outcome).value
-        with self.db.atomic():
+        with writing(self.db):
             existing = self._attempt_id(task_id, c.hash)
             if existing is not None:
                 return existing
@@ -319,7 +319,7 @@ class Graph:
 
     def mark_used(self, run_id: str, operator: str, recall: Recall) -> None:
         """Remember which lessons were handed to the agent (used_in_context edges)."""
-        with self.db.atomic():
+        with writing(self.db):
             self._ensure_run(run_id)
             for lesson in recall.lessons:
                 self.edge("lesson", lesson.id, "used_in_context", "run", run_id, note=operator)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..judge.outcome import Outcome
-from .rows import CORRECT, expand_attempt, new_id, now
+from .rows import CORRECT, expand_attempt, new_id, now, writing
 
 if TYPE_CHECKING:
     from .graph import Graph
@@ -95,7 +95,7 @@ def distill(graph: Graph, task_id: int, run_id: str) -> list[int]:
     """Turn this run's new attempts of the task into lessons, in one transaction; returns lesson ids."""
     task = graph.task(task_id)
     ids: list[int] = []
-    with graph.db.atomic():
+    with writing(graph.db):
         fresh = graph.rows(
             "SELECT * FROM attempts WHERE task_id = ? AND run_id = ? AND distilled = 0 ORDER BY id",
             (task_id, run_id),

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlite_utils.db import Table
+from sqlite_utils.db import Database, Table
 
 from ..judge.outcome import Outcome
 
@@ -30,3 +32,21 @@ def expand_attempt(row: dict[str, Any]) -> dict[str, Any]:
         if name in row:
             row[name] = json.loads(row[name]) if row[name] else empty
     return row
+
+
+@contextlib.contextmanager
+def writing(db: Database) -> Iterator[Database]:
+    """A write transaction that takes the write lock at its start (BEGIN IMMEDIATE), nested as a
+    savepoint. A deferred one that reads first and writes later fails at once with "database is
+    locked" when another run wrote in between: WAL mode does not wait for a stale snapshot."""
+    if db.conn.in_transaction:
+        with db.atomic():
+            yield db
+        return
+    db.conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield db
+    except BaseException:
+        db.conn.rollback()
+        raise
+    db.conn.execute("COMMIT")
