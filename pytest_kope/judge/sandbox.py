@@ -168,8 +168,13 @@ def require_jail(agent: str, allow_unjailed: bool) -> None:
     )
 
 
-def jail_command(bwrap: str, writable: Sequence[Path], tail: Sequence[str]) -> list[str]:
-    """bubblewrap: everything read-only but `writable`, fresh /dev and /proc, no network, own PID namespace."""
+def jail_command(
+    bwrap: str, writable: Sequence[Path], tail: Sequence[str], readonly_dev: bool = False
+) -> list[str]:
+    """bubblewrap: everything read-only but `writable`, fresh /dev and /proc, no network, own PID and
+    IPC namespaces, and no capabilities (run as root, bubblewrap would otherwise keep them all, and
+    CAP_SYS_ADMIN remounts the read-only view writable). `readonly_dev` for a jail that outlives one
+    candidate (a fork server): nothing one leaves in /dev reaches the next."""
     binds = [a for p in writable for a in ("--bind", str(p), str(p))]
     return [
         bwrap,
@@ -178,13 +183,132 @@ def jail_command(bwrap: str, writable: Sequence[Path], tail: Sequence[str]) -> l
         "/",
         "--dev",
         "/dev",
+        *(["--remount-ro", "/dev"] if readonly_dev else []),
         "--proc",
         "/proc",
         *binds,
         "--unshare-net",
         "--unshare-pid",
+        "--unshare-ipc",
+        "--cap-drop",
+        "ALL",
         *tail,
     ]
+
+
+@dataclass
+class Started:
+    """A sandboxed process on its way: what `wait` and `kill` need."""
+
+    proc: subprocess.Popen
+    cgroup: Path | None
+    jailed: bool
+    log: Path
+    start: float
+
+
+def apply_rlimits(limits: Limits) -> None:
+    """CPU time, address space, file size, processes, no core: in a child, before any candidate code."""
+    for res, value in (
+        (resource.RLIMIT_CPU, limits.cpu_s),
+        (resource.RLIMIT_DATA if limits.device else resource.RLIMIT_AS, limits.address_space),
+        (resource.RLIMIT_FSIZE, limits.file_size),
+        (resource.RLIMIT_NPROC, limits.processes),
+        (resource.RLIMIT_CORE, 0),
+    ):
+        resource.setrlimit(res, (value, value))
+
+
+def start(
+    cmd: Sequence[str],
+    work: Path,
+    env: Mapping[str, str],
+    limits: Limits,
+    writable: Sequence[Path] = (),
+    pass_fds: Sequence[int] = (),
+    cwd: Path | None = None,
+    readonly_dev: bool = False,
+    log: Path | None = None,
+    die_with_parent: bool = True,
+) -> Started:
+    """Start `cmd` jailed with `work` (and `writable`) the only writable paths, in its own process group
+    and pids cgroup, under `limits`; its output goes to `log` (default `work`/child.log).
+
+    `die_with_parent` kills the jail when the *thread* that started it ends (PR_SET_PDEATHSIG): off
+    for a process that outlives the thread starting it (a fork server, which ends when its pipe does).
+    """
+    jail, _ = bubblewrap()
+    cwd = cwd or work
+    full = list(cmd)
+    if jail:
+        tail = [*(["--die-with-parent"] if die_with_parent else []), "--chdir", str(cwd), "--", *cmd]
+        full = jail_command(jail, [work, *writable], tail, readonly_dev)
+    cgroup = _make_cgroup(limits.processes)
+
+    def confine() -> None:  # runs in the child between fork and exec
+        os.setsid()
+        if cgroup is not None:
+            (cgroup / "cgroup.procs").write_text(str(os.getpid()))
+        apply_rlimits(limits)
+
+    log = log or work / "child.log"
+    with open(log, "wb") as sink:
+        proc = subprocess.Popen(
+            full,
+            cwd=cwd,
+            env=dict(env),
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            preexec_fn=confine,
+            pass_fds=tuple(pass_fds),
+        )  # noqa: PLW1509
+    return Started(proc, cgroup, bool(jail), log, time.monotonic())
+
+
+def wait(started: Started, timeout: float | None) -> Finished:
+    """Wait up to `timeout` seconds, then kill whatever is left of it; never raises for the child."""
+    proc, timed_out = started.proc, False
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+    kill(started)
+    output = started.log.read_bytes()[-20000:].decode(errors="replace")
+    code = proc.returncode
+    if started.jailed and 128 < code < 128 + 65:  # bwrap reports its child's death by signal N as 128+N
+        code = -(code - 128)
+    return Finished(code, timed_out, time.monotonic() - started.start, output)
+
+
+def kill(started: Started) -> None:
+    """Kill the process group and everything in its cgroup, then remove the cgroup."""
+    _kill_all(started.proc.pid, started.cgroup)
+    started.proc.wait()
+    _remove_cgroup(started.cgroup)
+    started.cgroup = None
+
+
+def sweep(cgroup: Path | None, keep: set[int]) -> int:
+    """Kill every process in `cgroup` but `keep` (a fork server's own); how many were found."""
+    if cgroup is None:
+        return 0
+    found = 0
+    for _ in range(50):
+        try:
+            pids = {int(p) for p in (cgroup / "cgroup.procs").read_text().split()} - keep
+        except OSError:
+            return found
+        if not pids:
+            break
+        found += len(pids)
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.01)
+    return found
 
 
 def run(
@@ -196,51 +320,7 @@ def run(
     pass_fds: Sequence[int] = (),
 ) -> Finished:
     """Run `cmd` jailed in `work`; never raises for anything the child does."""
-    jail, _ = bubblewrap()
-    full = list(cmd)
-    if jail:
-        full = jail_command(jail, [work, *writable], ["--die-with-parent", "--chdir", str(work), "--", *cmd])
-    cgroup = _make_cgroup(limits.processes)
-
-    def confine() -> None:  # runs in the child between fork and exec
-        os.setsid()
-        if cgroup is not None:
-            (cgroup / "cgroup.procs").write_text(str(os.getpid()))
-        for res, value in (
-            (resource.RLIMIT_CPU, limits.cpu_s),
-            (resource.RLIMIT_DATA if limits.device else resource.RLIMIT_AS, limits.address_space),
-            (resource.RLIMIT_FSIZE, limits.file_size),
-            (resource.RLIMIT_NPROC, limits.processes),
-            (resource.RLIMIT_CORE, 0),
-        ):
-            resource.setrlimit(res, (value, value))
-
-    log = work / "child.log"
-    start = time.monotonic()
-    timed_out = False
-    with open(log, "wb") as sink:
-        proc = subprocess.Popen(
-            full,
-            cwd=work,
-            env=dict(env),
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            preexec_fn=confine,
-            pass_fds=tuple(pass_fds),
-        )  # noqa: PLW1509
-        try:
-            proc.wait(timeout=limits.wall_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-        _kill_all(proc.pid, cgroup)
-        proc.wait()
-    _remove_cgroup(cgroup)
-    output = log.read_bytes()[-20000:].decode(errors="replace")
-    code = proc.returncode
-    if jail and 128 < code < 128 + 65:  # bwrap reports its child's death by signal N as exit 128+N
-        code = -(code - 128)
-    return Finished(code, timed_out, time.monotonic() - start, output)
+    return wait(start(cmd, work, env, limits, writable, pass_fds), limits.wall_s)
 
 
 def _kill_all(pgid: int, cgroup: Path | None) -> None:
