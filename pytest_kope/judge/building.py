@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -12,12 +13,13 @@ from ..candidate import Candidate
 from ..errors import BuildError, KopeError, LibraryRejected, ToolchainMissing
 from ..operator import Operator
 from ..paths import kope_dir
-from ..spec import parse_spec
+from ..spec import KernelSpec, parse_spec
 from ..toolchains.base import Kernel, Toolchain
 
 _TOOLCHAINS = pytest.StashKey[dict]()
 # candidate hash -> (outcome kind, message) of a failed build, for the judging child's typed events
 FAILED_BUILDS: dict[str, tuple[str, str]] = {}
+BUILD_SECONDS: list[float] = []  # wall time of each build (or cache load) in this process, for the bench
 
 
 def toolchain_of(config: pytest.Config, name: str) -> Toolchain:
@@ -33,6 +35,42 @@ def toolchain_of(config: pytest.Config, name: str) -> Toolchain:
     return made[name]
 
 
+def interface_of(op: Operator, candidate: Candidate) -> KernelSpec:
+    """What a candidate is built against: the committed interface, the candidate's own tuning space.
+
+    The interface (prototypes, which arguments are in-place) is the oracle's, from the committed
+    source: a candidate that re-declared `x` as non-const or in-place would switch off the input guard
+    for it. Raises SpecError for a header the grammar refuses.
+    """
+    spec, own = op.spec, parse_spec(candidate.source, candidate.filename)
+    return op.build_context(replace(own, kernels=spec.kernels or own.kernels, inplace=spec.inplace))
+
+
+def build_failure(op: Operator, candidate: Candidate, e: KopeError) -> tuple[str, str]:
+    """(outcome kind, message) of a failed build or a bad header, naming the operator and the file."""
+    if isinstance(e, BuildError):
+        where = (
+            op.source
+            if candidate.agent == "baseline"
+            else f"{candidate.filename} (candidate {candidate.short})"
+        )
+        message = f"kope: operator {op.name}: build of {where} failed:\n{e.log.rstrip()}"
+        return ("rejected" if isinstance(e, LibraryRejected) else "compile_failed"), message
+    return "compile_failed", f"kope: operator {op.name} ({op.source}): {e}"
+
+
+def build_dir_for(config: pytest.Config, tc: Toolchain, candidate: Candidate, interface: KernelSpec) -> Path:
+    """The run's read-only build cache (`KOPE_BUILD_CACHE`) when it holds this candidate, else
+    `KOPE_BUILD_DIR`, else `.kope/builds`: a judging child builds only what the cache lacks, privately."""
+    cache = os.environ.get("KOPE_BUILD_CACHE")
+    key_of = getattr(tc, "build_key", None)
+    if cache and key_of is not None and (Path(cache) / key_of(candidate, interface)).is_dir():
+        return Path(cache)
+    if os.environ.get("KOPE_BUILD_DIR"):
+        return Path(os.environ["KOPE_BUILD_DIR"])
+    return kope_dir(config) / "builds"
+
+
 def build_cached(config: pytest.Config, op: Operator, candidate: Candidate) -> Kernel:
     """Build once per process; a failure becomes a test error naming the operator and the file."""
     from ..settings import BUILT
@@ -43,36 +81,20 @@ def build_cached(config: pytest.Config, op: Operator, candidate: Candidate) -> K
         if isinstance(kernel, Exception):
             pytest.fail(str(kernel), pytrace=False)
         return kernel
+    started = time.monotonic()
     try:
         tc = toolchain_of(config, candidate.toolchain)
         available = tc.availability()
         if not available.ok:
             pytest.skip(f"kope: toolchain {tc.name} unavailable: {available.reason}")
-        spec, own = op.spec, parse_spec(candidate.source, candidate.filename)
-        # The interface (prototypes, which arguments are in-place) is the oracle's, from the committed
-        # source: a candidate that re-declared `x` as non-const or in-place would switch off the input
-        # guard for it. The candidate keeps its own tuning space.
-        interface = op.build_context(replace(own, kernels=spec.kernels or own.kernels, inplace=spec.inplace))
-        builds = (
-            Path(os.environ["KOPE_BUILD_DIR"])
-            if os.environ.get("KOPE_BUILD_DIR")
-            else kope_dir(config) / "builds"
-        )
-        kernel = tc.build(candidate, interface, builds)
+        interface = interface_of(op, candidate)
+        kernel = tc.build(candidate, interface, build_dir_for(config, tc, candidate, interface))
     except KopeError as e:  # a build error or a bad header: remembered, so every test of it fails alike
-        if isinstance(e, BuildError):
-            where = (
-                op.source
-                if candidate.agent == "baseline"
-                else f"{candidate.filename} (candidate {candidate.short})"
-            )
-            message = f"kope: operator {op.name}: build of {where} failed:\n{e.log.rstrip()}"
-            kind = "rejected" if isinstance(e, LibraryRejected) else "compile_failed"
-        else:
-            message = f"kope: operator {op.name} ({op.source}): {e}"
-            kind = "compile_failed"
+        kind, message = build_failure(op, candidate, e)
         FAILED_BUILDS[candidate.hash] = (kind, message)
         built[candidate.hash] = KopeError(message)
         pytest.fail(message, pytrace=False)
+    finally:
+        BUILD_SECONDS.append(time.monotonic() - started)
     built[candidate.hash] = kernel
     return kernel

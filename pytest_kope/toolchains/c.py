@@ -113,11 +113,41 @@ class CToolchain:
         return reasons
 
     def build(self, candidate: Candidate, spec: KernelSpec, build_dir: Path) -> Kernel:
-        if spec.build is not None:
-            lib_path, log = own_build(candidate, spec, Path(build_dir), self._screen_library)
-        else:
-            lib_path, log = self._compile(candidate, Path(build_dir), spec)
+        lib_path, log = self.compile(candidate, spec, build_dir)
         return self._load(candidate, spec, lib_path, log)
+
+    # The judge's build cache: a build step compiles (never loads) into its own dir, and the
+    # controller moves `build_key`'s entry into the run's cache once the step's process is gone.
+    def compile(self, candidate: Candidate, spec: KernelSpec, build_dir: Path) -> tuple[Path, str]:
+        """Build and screen the library without loading it: (library, build log)."""
+        if spec.build is not None:
+            return own_build(candidate, spec, Path(build_dir), self._screen_library)
+        return self._compile(candidate, Path(build_dir), spec)
+
+    def build_key(self, candidate: Candidate, spec: KernelSpec | None) -> str:
+        """The folder a build of `candidate` makes under its build dir: a hash of everything it reads."""
+        if spec is not None and spec.build is not None:
+            return own_build_key(candidate, spec)
+        probe = self.command(candidate, Path("src"), Path("out"), spec)
+        screened = os.environ.get(BINARY_SCREEN_ENV, "1") != "0"
+        # a library screened under other rules (a wider allow-list, or none) is not reused under these
+        rules = ["screened" if screened else "unscreened", *sorted(self.allow_symbols)]
+        return hashlib.sha256(
+            "\0".join(
+                [candidate.source, *probe, compiler_version(probe[0]), *rules, _context_digest(spec)]
+            ).encode()
+        ).hexdigest()[:20]
+
+    def check_built(self, folder: Path) -> list[str]:
+        """Reasons to refuse a build step's output for the cache; empty when it is sound.
+
+        gcc and the library screen run no candidate code, so what the step screened is what it left;
+        a repo's own build command may run what it built, so that library is screened again here.
+        """
+        lib = Path(folder) / "kernel.so"
+        if not lib.is_file() or lib.is_symlink():
+            return [f"the build made no library {lib.name}"]
+        return self._screen_library(lib) if Path(folder).name.startswith("own-") else []
 
     def _screen_library(self, lib: Path) -> list[str]:
         if os.environ.get(BINARY_SCREEN_ENV, "1") == "0":
@@ -153,15 +183,8 @@ class CToolchain:
     def _compile(
         self, candidate: Candidate, build_dir: Path, spec: KernelSpec | None = None
     ) -> tuple[Path, str]:
-        probe = self.command(candidate, Path("src"), Path("out"), spec)
         screened = os.environ.get(BINARY_SCREEN_ENV, "1") != "0"
-        # a library screened under other rules (a wider allow-list, or none) is not reused under these
-        rules = ["screened" if screened else "unscreened", *sorted(self.allow_symbols)]
-        key = hashlib.sha256(
-            "\0".join(
-                [candidate.source, *probe, compiler_version(probe[0]), *rules, _context_digest(spec)]
-            ).encode()
-        ).hexdigest()[:20]
+        key = self.build_key(candidate, spec)
         target = build_dir / key
         lib = target / "kernel.so"
         if lib.exists():
@@ -267,15 +290,8 @@ def own_build(
     defines reach it as `{cflags}` in the command and as CFLAGS/CXXFLAGS in its environment.
     """
     command, root, target, library = spec.build or ("", "", "", "")
-    flags = shlex.split(str(candidate.params.get(FLAGS, "-O2")))
-    cflags = " ".join([*flags, *(f"-D{k}={v}" for k, v in sorted(candidate.params.items()) if k != FLAGS)])
-    tree_files = sorted(
-        p for p in Path(root).rglob("*") if p.is_file() and not (set(p.relative_to(root).parts) & _NOT_COPIED)
-    )
-    digest = hashlib.sha256("\0".join([candidate.source, command, cflags, library, target]).encode())
-    for f in tree_files[:2000]:
-        digest.update(str(f.relative_to(root)).encode() + b"\0" + f.read_bytes()[: 1 << 20])
-    key = "own-" + digest.hexdigest()[:20]
+    cflags = _cflags(candidate)
+    key = own_build_key(candidate, spec)
     done = build_dir / key
     if (done / "kernel.so").exists():
         return done / "kernel.so", (done / "build.log").read_text()
@@ -318,6 +334,24 @@ def keep_screened(tmp: Path, target: Path, screen: Callable[[Path], list[str]], 
         tmp.rename(target)
     except OSError:  # another process built the same key first: use theirs
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _cflags(candidate: Candidate) -> str:
+    flags = shlex.split(str(candidate.params.get(FLAGS, "-O2")))
+    return " ".join([*flags, *(f"-D{k}={v}" for k, v in sorted(candidate.params.items()) if k != FLAGS)])
+
+
+def own_build_key(candidate: Candidate, spec: KernelSpec) -> str:
+    """The cache key of a build by the repo's own command: the candidate, the command and the tree."""
+    command, root, target, library = spec.build or ("", "", "", "")
+    tree_files = sorted(
+        p for p in Path(root).rglob("*") if p.is_file() and not (set(p.relative_to(root).parts) & _NOT_COPIED)
+    )
+    parts = [candidate.source, command, _cflags(candidate), library, target]
+    digest = hashlib.sha256("\0".join(parts).encode())
+    for f in tree_files[:2000]:
+        digest.update(str(f.relative_to(root)).encode() + b"\0" + f.read_bytes()[: 1 << 20])
+    return "own-" + digest.hexdigest()[:20]
 
 
 _NOT_COPIED = {".git", ".kope", "__pycache__", ".pytest_cache", "build"}
