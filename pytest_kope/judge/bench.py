@@ -6,6 +6,7 @@ child it times the candidate paired with a reference kernel (the incumbent or th
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,6 +44,9 @@ class BenchSession:
     # (bytes touched per call, working set, seconds per call) -> why that is faster than physics, or ""
     plausible: Callable[[int, int, float], str] | None = None
     rtol: float = DEFAULT_RTOL  # timed outputs: candidate against the reference, norm-wise
+    min_gain: float | None = None  # paired rounds stop once the 95% bound decides this gain (None: cap)
+    timed_s: float = 0.0  # wall time spent in kope_bench calls (the bench's "timing" phase)
+    kernel_s: float = 0.0  # of which inside timed windows (the kernels' own time)
 
 
 class Bench:
@@ -50,6 +54,13 @@ class Bench:
         self.nodeid, self.timer, self.session, self._skip = nodeid, timer, session, skip
 
     def __call__(self, function: Any, *args: Any) -> Any:
+        started = time.monotonic()
+        try:
+            return self._time(function, *args)
+        finally:
+            self.session.timed_s += time.monotonic() - started
+
+    def _time(self, function: Any, *args: Any) -> Any:
         if not self.timer.can_time:
             self._skip(self.timer.why_not)
         fn = function.function if isinstance(function, GuardedFunction) else None
@@ -64,9 +75,18 @@ class Bench:
             self.session.plain.append(BenchRecord(self.nodeid, fn.name, stats, moved))
             return stats
         roles = [a.role for a in fn.args]
+        gain = self.session.min_gain
         paired = timing.measure_paired(
-            ref.functions[fn.name].raw, fn.raw, args, clock, sync, roles=roles, rtol=self.session.rtol
+            ref.functions[fn.name].raw,
+            fn.raw,
+            args,
+            clock,
+            sync,
+            roles=roles,
+            rtol=self.session.rtol,
+            stop=timing.decided(gain) if gain is not None else None,
         )
+        self.session.kernel_s += paired.kernel_s
         ratio, cand_stats = paired.ratio, paired.candidate
         record = Timing(
             self.nodeid,

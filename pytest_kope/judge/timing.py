@@ -33,10 +33,28 @@ class Budget:
     min_rounds: int = 5
     max_rounds: int = 50
     max_time_s: float = 1.0  # stop adding rounds after this much measuring
+    look_every: int = 2  # paired: after min_rounds, ask every this many rounds whether the answer is known
 
 
 PLAIN = Budget()
-PAIRED = Budget(min_rounds=7, max_rounds=41, max_time_s=3.0)
+PAIRED = Budget(min_rounds=8, max_rounds=41, max_time_s=3.0)
+Stop = Callable[[list[float], list[float]], bool]  # (reference, candidate) per-call times -> decided
+
+
+def decided(min_gain: float) -> Stop:
+    """A sequential test: stop once the 95% bound of the median ratio decides either way.
+
+    Better: the bound's low end above 1 and the median above 1 + `min_gain` (the verdict's own rule).
+    Not better: the bound's high end below 1 + `min_gain`, so no more rounds would make it a gain.
+    Looking after every few rounds raises the chance of a false win above a single look's; the
+    bench (`bench/overhead.py`) measures it on A/A pairs, a kernel against itself.
+    """
+
+    def stop(reference: list[float], candidate: list[float]) -> bool:
+        ratio = PairedRatio.of(reference, candidate)
+        return ratio.beats(min_gain) or ratio.high < 1.0 + min_gain
+
+    return stop
 
 
 def last_level_cache_bytes() -> int:
@@ -158,6 +176,7 @@ class Paired:
     mismatch: str  # why the candidate's timed outputs differ from the reference's; "" when they agree
     copies: int
     bytes_per_call: int
+    kernel_s: float = 0.0  # wall time inside the timed windows (calibration included)
 
 
 def measure_paired(
@@ -169,17 +188,23 @@ def measure_paired(
     budget: Budget = PAIRED,
     roles: Sequence[str] | None = None,
     rtol: float = arrays.DEFAULT_RTOL,
+    stop: Stop | None = None,
 ) -> Paired:
     """Interleaved rounds in one window (ABBA order), so drift and bandwidth regimes hit both alike.
 
     Each block of calls starts from fresh inputs and poisoned outputs (outside the timed window);
-    both kernels see the same inputs within a round, new ones every round.
+    both kernels see the same inputs within a round, new ones every round. With `stop`, rounds end
+    as soon as it says the answer is known (looked at after `min_rounds`, then every `look_every`).
     """
     rotation = Rotation(args, roles)
     rotation.prepare(rotation.factors())
+    began = clock()
     n_ref = calibrate(reference, rotation, clock, sync, budget)
+    calibrating = clock() - began
     rotation.prepare(rotation.factors())
+    began = clock()
     n_cand = calibrate(candidate, rotation, clock, sync, budget)
+    calibrating += clock() - began
     ref, cand, spent, r = [], [], 0.0, 0
     while r < budget.max_rounds and (r < budget.min_rounds or spent < budget.max_time_s):
         order = [(reference, n_ref, ref), (candidate, n_cand, cand)]
@@ -190,6 +215,9 @@ def measure_paired(
             out.append(took / n)
             spent += took
         r += 1
+        look = r >= budget.min_rounds and (r - budget.min_rounds) % budget.look_every == 0
+        if stop and look and stop(ref, cand):
+            break
     return Paired(
         Stats.of(ref, n_ref),
         Stats.of(cand, n_cand),
@@ -197,6 +225,7 @@ def measure_paired(
         timed_outputs_mismatch(reference, candidate, rotation, rtol),
         len(rotation.sets),
         rotation.bytes_per_call,
+        calibrating + spent,
     )
 
 
