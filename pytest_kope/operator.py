@@ -13,7 +13,7 @@ from .candidate import Candidate
 from .spec import KernelSpec, parse_spec
 
 MARKER = "kope"
-_OURS = re.compile(r"-?kope-(?:[0-9a-f]{8}|seed\d+)")
+_OURS = re.compile(r"-?kope-(?:[0-9a-f]{8}|seed\d+|candidate)\b")
 _TOOLCHAIN_BY_SUFFIX = {".c": "c", ".cc": "c", ".cpp": "c", ".cxx": "c", ".py": "triton"}
 
 

@@ -9,6 +9,7 @@ events as JSON lines so that a crash mid-run still leaves what happened before i
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 class Child:
-    def __init__(self, config: pytest.Config, spec: dict[str, Any]):
+    """`key`: the signing key itself, in a forked child (it came through the fork server's request pipe,
+    never the disk); else it is read from the pipe `spec["key_fd"]` names."""
+
+    def __init__(self, config: pytest.Config, spec: dict[str, Any], key: bytes | None = None):
         self.config = config
         self.candidate = Candidate.from_json(spec["candidate"])
         self.reference = Candidate.from_json(spec["reference"]) if spec.get("reference") else None
@@ -37,7 +41,8 @@ class Child:
         self.out = open(spec["results"], "a", buffering=1)  # noqa: SIM115 - line-buffered for the whole session
         self.kinds: dict[str, str] = {}
         self.seeds_of: dict[str, int] = {}  # item id -> the seed of its fresh inputs
-        self.key = read_key(spec.get("key_fd"))
+        self.key = key if key is not None else read_key(spec.get("key_fd"))
+        self.min_gain = spec.get("min_gain")  # paired timing stops once this gain is decided
         self.record = Path(spec["record"]) if spec.get("record") else None
         self.replay = Path(spec["replay"]) if spec.get("replay") else None
         self.rtol = float(spec.get("rtol") or DEFAULT_RTOL)
@@ -72,6 +77,7 @@ class Child:
         items[:] = keep
         self.emit(
             event="collected",
+            t=time.monotonic(),
             items=[
                 {"id": i.nodeid, "test": base_nodeid(i.nodeid), "fresh": "kope_seed" in i.fixturenames}
                 for i in keep
@@ -87,6 +93,7 @@ class Child:
         bench = _bench_session(self.config)
         bench.reference = build_cached(self.config, self.op, self.reference)
         bench.rtol = self.rtol
+        bench.min_gain = self.min_gain
         if self.ceilings:
             from .physics import Ceilings
 
@@ -133,7 +140,7 @@ class Child:
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         from ..settings import BENCH
-        from .building import FAILED_BUILDS
+        from .building import BUILD_SECONDS, FAILED_BUILDS
 
         for digest, (kind, message) in FAILED_BUILDS.items():
             self.emit(event="build_failed", candidate=digest, kind=kind, message=message[:4000])
@@ -150,7 +157,13 @@ class Child:
             self.emit(event="recorded", count=self.recorder.write(self.record))
         if self.replay is not None and not FAILED_BUILDS:  # even after a failure: it may be the test's
             self._replay()
-        self.emit(event="done")
+        self.emit(
+            event="done",
+            t=time.monotonic(),
+            build_s=sum(BUILD_SECONDS),
+            timed_s=bench.timed_s if bench else 0.0,
+            kernel_s=bench.kernel_s if bench else 0.0,
+        )
         self.out.close()
 
     def _replay(self) -> None:

@@ -57,6 +57,7 @@ class Judged:
     failed_runs: list[tuple[str, int | None]] = field(default_factory=list, repr=False)  # (test, seed)
     differential: list[str] = field(default_factory=list, repr=False)  # the differential check's findings
     fixed_inputs: list[str] = field(default_factory=list, repr=False)  # tests that make their own inputs
+    phases: dict[str, float] = field(default_factory=dict, repr=False)  # seconds by phase, for the bench
 
     @property
     def ratio(self) -> float | None:

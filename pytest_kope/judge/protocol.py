@@ -7,7 +7,8 @@ the events' `event` and `kind` fields, never from message text.
 
 Events: `collected` (items: id, test, fresh), `start` (test), `report` (test, when, outcome, kind,
 message), `build_failed` (kind: compile_failed | rejected), `timing` (a paired timing, with
-`suspect` and `mismatch`), `recorded` (count), `replayed` (problems), `done`.
+`suspect` and `mismatch`), `recorded` (count), `replayed` (problems), `done` (with the clock readings
+and seconds the bench splits a judgement by); from a build step: `built` or `build_failed`.
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-EVENTS = frozenset({"collected", "start", "report", "build_failed", "timing", "recorded", "replayed", "done"})
+EVENTS = frozenset(
+    {"collected", "start", "report", "build_failed", "built", "timing", "recorded", "replayed", "done"}
+)
 
 
 def read_key(fd: int | None) -> bytes:

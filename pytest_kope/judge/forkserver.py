@@ -1,0 +1,297 @@
+"""The fork server: one warm `pytest` process per judging slot that forks a child per judgement.
+
+The controller starts it (`servers.py`) as it would start a judging child: in the bubblewrap jail with
+only its slot folder writable, in its own pids cgroup, with a scrubbed environment. It imports pytest,
+pytest-kope and the operator's test modules and collects them once, with placeholders for the
+candidate and the seeds; then, instead of running tests, it reads requests (one JSON line each) from
+a pipe and answers each on another. It never builds or loads a kernel.
+
+Per request it forks a child that, before anything of a candidate is loaded: starts its own session
+(process group), closes the server's pipes, moves into the request's fresh work folder, replaces its
+environment with the request's scrubbed one, lowers its rlimits and sends its output to its own log.
+Then it either builds (`build`: compile and screen into its folder, load nothing) or runs the selected
+items with the candidate and the seeds bound into the placeholders (`judge`), reporting signed events
+exactly as a fresh child does (`child.py`). The server waits for it (killing it at the wall-clock
+limit), then kills every other process left in its PID namespace, so nothing of one candidate is alive
+when the next one starts. The server is not dumpable: a child cannot read or write its memory.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import faulthandler
+import json
+import os
+import select
+import signal
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ..candidate import Candidate
+from ..errors import KopeError
+from ..operator import Operator
+from ..settings import SEED
+from . import guards, sandbox
+from .protocol import sign
+
+CANDIDATE_SLOT = "kope-candidate"  # the placeholder a judgement binds its candidate into
+PR_SET_DUMPABLE = 4
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--kope-serve", dest="kope_serve", help="(internal) REQ_FD,REPLY_FD,SEEDS,JAILED: be a fork server"
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    given = config.getoption("kope_serve")
+    if given:
+        requests, replies, seeds, jailed = (int(x) for x in given.split(","))
+        config.pluginmanager.register(Server(requests, replies, seeds, bool(jailed)), "kope-server")
+
+
+class Server:
+    def __init__(self, requests: int, replies: int, seeds: int, jailed: bool):
+        self.requests, self.replies, self.seeds, self.jailed = requests, replies, max(1, seeds), jailed
+
+    def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
+        if "kope_candidate" in metafunc.fixturenames:
+            metafunc.parametrize("kope_candidate", [CANDIDATE_SLOT], ids=[CANDIDATE_SLOT], indirect=True)
+        if "kope_seed" in metafunc.fixturenames:
+            slots = list(range(self.seeds))
+            metafunc.parametrize("kope_seed", slots, ids=[f"kope-seed{i}" for i in slots], indirect=True)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> bool:
+        if session.testsfailed:  # collection errors: a fresh child reports them better
+            self._reply({"event": "broken", "errors": session.testsfailed})
+            return True
+        _not_dumpable()
+        _warm(session)
+        self._reply({"event": "ready", "items": len(session.items), "pid": os.getpid()})
+        with os.fdopen(self.requests, "r") as requests:
+            for line in requests:
+                request = json.loads(line)
+                if request.get("op") == "stop":
+                    break
+                self._reply(self._serve(session, request))
+        return True
+
+    def _reply(self, message: dict[str, Any]) -> None:
+        os.write(self.replies, (json.dumps(message) + "\n").encode())
+
+    def _serve(self, session: pytest.Session, request: dict[str, Any]) -> dict[str, Any]:
+        expected = _build_key(session, request) if request["op"] == "build" else None
+        sys.stdout.flush()
+        sys.stderr.flush()
+        started = time.monotonic()
+        pid = os.fork()
+        if pid == 0:
+            self._child(session, request)  # never returns
+        code, timed_out = _wait(pid, float(request["limits"]["wall_s"]))
+        strays = _kill_strays() if self.jailed else 0
+        reply = {"returncode": code, "timed_out": timed_out, "wall_s": time.monotonic() - started}
+        if expected is not None:  # checked here, with nothing of the build step left alive
+            tc, key = expected
+            folder = Path(request["work"]) / "builds" / key
+            reply.update(key=key, refused=tc.check_built(folder) if folder.is_dir() else None)
+        return {**reply, "strays": strays}
+
+    def _child(self, session: pytest.Session, request: dict[str, Any]) -> None:
+        code = 3
+        try:
+            os.setsid()
+            os.close(self.requests)  # the pipes carry other candidates' keys: gone before any loading
+            os.close(self.replies)
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            work = Path(request["work"])
+            os.chdir(work)
+            os.environ.clear()
+            os.environ.update(request["env"])
+            tempfile.tempdir = None  # TMPDIR is this child's folder now
+            sandbox.apply_rlimits(sandbox.Limits(**request["limits"]))
+            _own_output(session.config, work / "child.log")
+            run = build if request["op"] == "build" else judge
+            code = run(session, request)
+        except BaseException:  # noqa: BLE001 - whatever happens, the child ends here, with a status
+            traceback.print_exc()
+        finally:
+            _flush()
+            os._exit(code)
+
+
+def judge(session: pytest.Session, request: dict[str, Any]) -> int:
+    """Run the selected items with the candidate and seeds bound in, as a fresh judging child would."""
+    from .child import Child
+
+    config, spec = session.config, request["spec"]
+    child = Child(config, spec, key=bytes.fromhex(request["key"]))
+    config.pluginmanager.register(child, "kope-child")
+    config.stash[SEED] = int(spec.get("seed") or 1)
+    guards.PROBE = True  # results must follow the data, not the buffers' addresses
+    items = bind(session.items, child.candidate, spec.get("seeds") or [], config.stash[SEED])
+    child.pytest_collection_modifyitems(config, items)
+    session.items, session.testscollected = items, len(items)
+    child.pytest_sessionstart(session)
+    for i, item in enumerate(items):
+        nextitem = items[i + 1] if i + 1 < len(items) else None
+        item.config.hook.pytest_runtest_protocol(item=item, nextitem=nextitem)
+        if session.shouldfail or session.shouldstop:
+            break
+    status = 1 if session.testsfailed else 0
+    config.hook.pytest_sessionfinish(session=session, exitstatus=status)
+    return status
+
+
+def bind(items: list[pytest.Item], candidate: Candidate, seeds: list[int], default: int) -> list[pytest.Item]:
+    """The collected items with this judgement's candidate and seeds in place of the placeholders.
+
+    Seed slot i takes the i-th seed; slots beyond the seeds given are dropped; with no seeds (timing)
+    slot 0 takes the session's seed, as a fresh child's unparametrized `kope_seed` would.
+    """
+    kept = []
+    for item in items:
+        params = item.callspec.params if hasattr(item, "callspec") else {}
+        if "kope_seed" in params:
+            slot = params["kope_seed"]
+            if slot >= max(1, len(seeds)):
+                continue
+            params["kope_seed"] = seeds[slot] if seeds else default
+        if params.get("kope_candidate") == CANDIDATE_SLOT:
+            params["kope_candidate"] = candidate
+        kept.append(item)
+    return kept
+
+
+def build(session: pytest.Session, request: dict[str, Any]) -> int:
+    """Compile and screen a candidate into `builds/` here; load nothing. Reports `built` or `build_failed`."""
+    from .building import build_failure, interface_of, toolchain_of
+
+    spec = request["spec"]
+    op, candidate = Operator.from_json(spec["operator"]), Candidate.from_json(spec["candidate"])
+    key = bytes.fromhex(request["key"])
+    with open(spec["results"], "a") as out:
+        try:
+            tc = toolchain_of(session.config, candidate.toolchain)
+            interface = interface_of(op, candidate)
+            _, log = tc.compile(candidate, interface, Path.cwd() / "builds")
+            event = {"event": "built", "candidate": candidate.hash, "log": log[-4000:]}
+        except KopeError as e:
+            kind, message = build_failure(op, candidate, e)
+            event = {"event": "build_failed", "candidate": candidate.hash, "kind": kind}
+            event["message"] = message[:4000]
+        out.write(sign(key, json.dumps(event)) + "\n")
+    return 0
+
+
+def _build_key(session: pytest.Session, request: dict[str, Any]) -> tuple[Any, str] | None:
+    """(toolchain, the cache key) a build step's output must have, decided here, before the fork; None
+    when the header does not parse (the step reports why)."""
+    from .building import interface_of, toolchain_of
+
+    spec = request["spec"]
+    op, candidate = Operator.from_json(spec["operator"]), Candidate.from_json(spec["candidate"])
+    try:
+        tc = toolchain_of(session.config, candidate.toolchain)
+        return tc, tc.build_key(candidate, interface_of(op, candidate))
+    except KopeError:
+        return None
+
+
+def _warm(session: pytest.Session) -> None:
+    """Fill the caches every child would fill alike (toolchains, compiler versions, the committed
+    kernels' cache keys) once, here; nothing is built or loaded."""
+    from ..operator import operator_of
+    from .building import interface_of, toolchain_of
+
+    ops = {op.name: op for item in session.items if (op := operator_of(item)) is not None}
+    for op in ops.values():
+        try:
+            tc = toolchain_of(session.config, op.toolchain)
+            key_of = getattr(tc, "build_key", None)
+            if key_of is not None:
+                key_of(op.baseline(), interface_of(op, op.baseline()))
+        except Exception:  # noqa: BLE001 - only a head start: a child meets the same error and reports it
+            pass
+
+
+def _wait(pid: int, wall_s: float) -> tuple[int, bool]:
+    """The child's exit code (-N: killed by signal N) and whether it ran past `wall_s` (then killed)."""
+    fd = os.pidfd_open(pid)
+    try:
+        timed_out = not select.select([fd], [], [], wall_s)[0]
+    finally:
+        os.close(fd)
+    if timed_out:
+        for kill in (os.killpg, os.kill):
+            try:
+                kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status), timed_out
+
+
+def _kill_strays() -> int:
+    """Kill every process in this jail's PID namespace but the server and the jail's init (pid 1).
+
+    Whatever a child started (threads' processes, a fork bomb that left its process group) dies
+    here, before the next judgement is forked. Only in the jail: outside it, /proc is the machine's.
+    """
+    me, found = os.getpid(), 0
+    for _ in range(100):
+        pids = [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, me)]
+        if not pids:
+            break
+        found += len(pids)
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        time.sleep(0.005)
+    return found
+
+
+def _not_dumpable() -> None:
+    """No process without CAP_SYS_PTRACE (none in the jail) may ptrace this one or open its memory,
+    environment or file descriptors under /proc; forked children inherit it."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE, 0) failed")
+
+
+def _own_output(config: pytest.Config, log: Path) -> None:
+    """This child's stdout and stderr (and pytest's capturing of them) go to its own log."""
+    capman = config.pluginmanager.getplugin("capturemanager")
+    if capman is not None:
+        capman.stop_global_capturing()
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    faulthandler.enable(file=sys.stderr)  # a crash's Python traceback goes to this log, too
+    if capman is not None:
+        capman.start_global_capturing()
+        capman.suspend_global_capture()
+
+
+def _flush() -> None:
+    """Python's and C's buffered output (a kernel's printf) reach the log before os._exit."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    try:
+        ctypes.CDLL(None).fflush(None)
+    except OSError:
+        pass

@@ -1,0 +1,283 @@
+"""Run one judging child, forked from a warm fork server or started fresh, and read its verdict.
+
+With fork servers on (the default, for toolchains whose tests a fork can carry), a candidate is first
+built once by a build step (`buildcache.py`), then every child that judges it forks from a server
+and loads it from the run's read-only build cache. A fresh child (`--no-kope-fork-server`, the
+verification of a winner, a server that cannot serve) is a new `python -m pytest` in its own jail
+that builds privately, as before. Either child reports the same signed events, read the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..candidate import Candidate
+from ..toolchains.devices import visible_devices_env
+from . import sandbox
+from .buildcache import BuildCache
+from .outcome import Judged, Outcome
+from .protocol import read_events
+from .servers import Pool, ServerDied
+from .verdict import interpret, phases
+
+# Toolchains whose tests a fork carries: Triton and torch set up threads and device state (CUDA, NPU)
+# that a forked child cannot use, so their children always start fresh.
+FORK_SAFE = frozenset({"c"})
+
+Compare = Callable[[list[dict[str, Any]], Path], list[str]]  # (events, replayed outputs) -> findings
+
+
+class Launcher:
+    def __init__(self, plan: Any):
+        self.plan = plan
+        self.forking = bool(plan.fork_server) and plan.operator.toolchain in FORK_SAFE
+        self.fresh = not self.forking
+        self.pool: Pool | None = None
+        self.cache: BuildCache | None = None
+        self.notes: list[str] = []  # said once: why the servers are off
+
+    def fresh_processes(self) -> None:
+        """From now on every child starts fresh and builds privately (the verification of a winner)."""
+        self.fresh = True
+
+    def _server(self, seeds: list[int]):
+        if self.fresh:
+            return None
+        if self.pool is None:
+            self.pool = Pool(self.plan, self.plan.jobs)
+            self.cache = BuildCache(self.plan.operator.name)
+            self.pool.warm()
+        if len(seeds) > max(1, self.plan.seeds):  # more seeds than the servers collected slots for
+            return None
+        server = self.pool.acquire()
+        if server is None and self.pool.broken and not self.notes:
+            self.notes.append(f"fork servers off, judging in fresh processes: {self.pool.broken[:2000]}")
+        return server
+
+    def judge(
+        self,
+        candidate: Candidate,
+        tests: list[str],
+        seeds: list[int],
+        reference: Candidate | None,
+        device: int | None,
+        record: Path | None,
+        replay_from: Path | None,
+        compare: Compare | None,
+    ) -> Judged:
+        args = (candidate, tests, seeds, reference, device, record, replay_from, compare)
+        server = self._server(seeds)
+        if server is None:
+            return self._run(None, *args)
+        try:
+            built = self._build(server, candidate)
+            if isinstance(built, Judged):
+                return built
+            if reference is not None:
+                self._build(server, reference)
+            judged = self._run(server, *args)
+            judged.phases["build"] = judged.phases.get("build", 0.0) + built
+            judged.seconds += built
+            return judged
+        except ServerDied as e:  # it died or hung under this candidate: judged afresh, nothing lost
+            self.notes.append(f"{e}; judged {candidate.short} in a fresh process")
+            return self._run(None, *args)
+        finally:
+            self.pool.release(server)
+
+    def _run(
+        self,
+        server: Any,
+        candidate: Candidate,
+        tests: list[str],
+        seeds: list[int],
+        reference: Candidate | None,
+        device: int | None,
+        record: Path | None,
+        replay_from: Path | None,
+        compare: Compare | None,
+    ) -> Judged:
+        plan = self.plan
+        work = server.work() if server else Path(tempfile.mkdtemp(prefix=f"kope-{plan.operator.name}-"))
+        try:
+            key = secrets.token_bytes(32)
+            into = (work / "recorded" if server else record) if record else None
+            spec = self._spec(candidate, reference, tests, seeds, work, into, replay_from)
+            env = self._env(work, device, correctness=reference is None, cached=server is not None)
+            began = time.monotonic()
+            if server is not None:
+                finished, _ = server.run("judge", work, spec, env, key)
+            else:
+                finished = self._fresh(spec, env, key, work, record)
+            ended = time.monotonic()
+            events, forged = read_events(work / "results.jsonl", key)
+            judged = interpret(candidate, finished, events, tests)
+            judged.phases = phases(events, began, ended, timing=reference is not None)
+            if compare is not None and judged.outcome in (Outcome.OK, Outcome.INCORRECT):
+                judged.differential = compare(events, work / "replayed")
+                judged.phases["compare"] = time.monotonic() - ended
+            if forged:
+                judged.notes.append(f"dropped {forged} unsigned line(s) in the child's results (forged)")
+                if judged.outcome.correct:
+                    judged.outcome = Outcome.INCORRECT
+                    judged.failures.insert(0, f"forged {forged} result line(s) the judge did not sign")
+            if server is not None and record is not None:
+                _take(work / "recorded", record)
+            self._keep(candidate, work, "perf.log" if reference else "correctness.log")
+            return judged
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+    def _spec(
+        self,
+        candidate: Candidate,
+        reference: Candidate | None,
+        tests: list[str],
+        seeds: list[int],
+        work: Path,
+        record: Path | None,
+        replay_from: Path | None,
+    ) -> dict[str, Any]:
+        from .arrays import DEFAULT_RTOL
+
+        plan = self.plan
+        return {
+            "candidate": candidate.to_json(),
+            "reference": reference.to_json() if reference else None,
+            "tests": tests,
+            "seeds": seeds,
+            "seed": seeds[0] if seeds else 1,
+            "results": str(work / "results.jsonl"),
+            "operator": plan.operator.to_json(),
+            "record": str(record) if record else None,
+            "replay": str(replay_from) if replay_from else None,
+            "rtol": plan.operator.rtol or DEFAULT_RTOL,
+            "ceilings": plan.ceilings if reference is not None else None,
+            "min_gain": plan.min_gain if plan.sequential else None,
+        }
+
+    def _env(self, work: Path, device: int | None, correctness: bool, cached: bool) -> dict[str, str]:
+        plan = self.plan
+        env = {
+            **plan.toolchain_env,
+            "KOPE_BUILD_DIR": str(work / "builds"),
+            "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+            **(visible_devices_env(plan.operator.toolchain, device) if device is not None else {}),
+            **(_oversubscribed(plan.toolchain_env) if correctness else {}),
+        }
+        if cached and self.cache is not None:
+            env.update(self.cache.env())
+        return env
+
+    def _fresh(
+        self, spec: dict[str, Any], env: dict[str, str], key: bytes, work: Path, record: Path | None
+    ) -> sandbox.Finished:
+        """A new `python -m pytest` child in its own jail; the key reaches it through a pipe."""
+        plan = self.plan
+        key_r, key_w = os.pipe()
+        os.write(key_w, key)
+        os.close(key_w)
+        (work / "spec.json").write_text(json.dumps({**spec, "key_fd": key_r}))
+        # Only pytest-kope, the repo's conftests and the plugins named in `kope_plugins` load in a
+        # judging child: entry-point plugins cost seconds per child (hypothesis alone ~1 s).
+        plugins = [a for name in ("pytest_kope.plugin", *plan.plugins) for a in ("-p", name)]
+        cmd = [sys.executable, "-m", "pytest", *plugins, "-p", "pytest_kope.judge.child"]
+        cmd += ["--kope-child", str(work / "spec.json"), "-p", "no:cacheprovider", "-o", "addopts=", "-q"]
+        cmd += ["--rootdir", str(plan.rootdir), "--kope-seed", str(spec["seed"])]
+        cmd += [*(["-c", str(plan.inifile)] if plan.inifile else []), *map(str, plan.files)]
+        try:
+            return sandbox.run(
+                cmd,
+                work,
+                sandbox.scrubbed_environment(env, work),
+                plan.limits,
+                writable=[record] if record else (),
+                pass_fds=(key_r,),
+            )
+        finally:
+            os.close(key_r)
+
+    def _build(self, server: Any, candidate: Candidate) -> Judged | float:
+        """Build `candidate` into the cache once (a build step); its failure as a verdict, else the
+        seconds this call spent building (0 when it was built before)."""
+        cache = self.cache
+        with cache.lock(candidate.hash):
+            if candidate.hash in cache.keys:
+                return 0.0
+            if candidate.hash in cache.failures:
+                failure = cache.failures[candidate.hash]
+                return _build_failed(candidate, failure.kind, failure.message, 0.0)
+            work = server.work()
+            try:
+                key = secrets.token_bytes(32)
+                spec = {"candidate": candidate.to_json(), "operator": self.plan.operator.to_json()}
+                spec["results"] = str(work / "results.jsonl")
+                env = self._env(work, None, correctness=False, cached=False)
+                finished, reply = server.run("build", work, spec, env, key)
+                cache.builds += 1
+                events, _ = read_events(work / "results.jsonl", key)
+                failed = [e for e in events if e["event"] == "build_failed"]
+                if failed:
+                    cache.fail(candidate.hash, failed[0]["kind"], failed[0]["message"])
+                    return _build_failed(candidate, failed[0]["kind"], failed[0]["message"], finished.wall_s)
+                if reply.get("refused"):
+                    message = "screening: " + "; ".join(reply["refused"])
+                    cache.fail(candidate.hash, "rejected", message)
+                    return _build_failed(candidate, "rejected", message, finished.wall_s)
+                built = any(e["event"] == "built" for e in events) and finished.returncode == 0
+                if built and reply.get("key"):
+                    cache.adopt(candidate.hash, work, reply["key"])
+                # otherwise (a crash, a time-out): the judging child builds privately and says why
+                return finished.wall_s
+            finally:
+                shutil.rmtree(work, ignore_errors=True)
+
+    def _keep(self, candidate: Candidate, work: Path, name: str) -> None:
+        if self.plan.keep is None:
+            return
+        keep = self.plan.keep / candidate.short
+        keep.mkdir(parents=True, exist_ok=True)
+        (keep / Path(candidate.filename).name).write_text(candidate.source)
+        if (work / "child.log").exists():
+            shutil.copy(work / "child.log", keep / name)
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
+            self.pool = None
+        if self.cache is not None:
+            self.cache.close()
+            self.cache = None
+
+
+def _build_failed(candidate: Candidate, kind: str, message: str, seconds: float) -> Judged:
+    outcome = Outcome.REJECTED if kind == "rejected" else Outcome.COMPILE_FAILED
+    judged = Judged(candidate, outcome, failures=[message], build_log=message, seconds=seconds)
+    judged.phases = {"build": seconds}
+    return judged
+
+
+def _take(recorded: Path, folder: Path) -> None:
+    """The committed kernel's recorded calls, moved out of the jail's writable slot into `folder`."""
+    if not recorded.is_dir():
+        return
+    for old in folder.iterdir():
+        shutil.rmtree(old) if old.is_dir() else old.unlink()
+    for item in recorded.iterdir():
+        shutil.move(str(item), folder / item.name)
+
+
+def _oversubscribed(toolchain_env: dict[str, str]) -> dict[str, str]:
+    """More OpenMP threads than cores in correctness children: races show up more often."""
+    if "OMP_NUM_THREADS" in toolchain_env or "OMP_NUM_THREADS" in os.environ:
+        return {}
+    return {"OMP_NUM_THREADS": str(4 * max(1, len(os.sched_getaffinity(0))))}
