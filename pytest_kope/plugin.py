@@ -5,6 +5,7 @@ Without `--kope-optimize` it only serves fixtures to tests that ask for them, so
 
 from __future__ import annotations
 
+import argparse
 import os
 import random
 import zlib
@@ -123,6 +124,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
     )
     _option(g, parser, "kope-jobs", "parallel correctness workers (default: number of cores)", type=int)
+    g.addoption(
+        "--kope-fork-server",
+        "--no-kope-fork-server",
+        action=_Toggle,
+        dest="kope_fork_server",
+        default=None,
+        help="judge in children forked from warm per-operator fork servers, each candidate built once "
+        "(default); --no-kope-fork-server starts a fresh process per judgement, each building its own",
+    )
+    parser.addini(
+        "kope_fork_server", type="bool", default=None, help="judge in forked children (default true)"
+    )
     parser.addini(
         "kope_include",
         type="linelist",
@@ -179,6 +192,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="symbols (names or fnmatch globs) a built C/C++ kernel library may import besides the "
         "built-in allow-list (libm, memory/string libc, OpenMP, the C++ runtime)",
     )
+
+
+class _Toggle(argparse.Action):
+    """`--x` sets True, `--no-x` sets False (argparse.BooleanOptionalAction, which pytest's parser lacks)."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any):
+        super().__init__(option_strings, dest, nargs=0, **kwargs)
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option_string: str | None = None) -> None:
+        setattr(namespace, self.dest, not (option_string or "").startswith("--no-"))
 
 
 def pytest_configure(config: pytest.Config) -> None:

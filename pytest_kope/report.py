@@ -118,6 +118,7 @@ FINAL_HEADERS = [
     "to best",
     "verified",
     "stopped",
+    "wall",
     "branch",
 ]
 
@@ -127,12 +128,17 @@ def stop_text(o: dict[str, Any]) -> str:
     return str((o.get("stopped") or {}).get("short", "error" if "error" in o else "-"))
 
 
+def _wall(o: dict[str, Any]) -> str:
+    """An operator's wall time, its verification included."""
+    return f"{o['seconds']:.0f} s" if o.get("seconds") is not None else "-"
+
+
 def final_table(operators: list[dict[str, Any]], fmt: str = "simple") -> str:
     rows = []
     for o in operators:
         if "baseline_s" not in o:  # stopped on an error, or not reached within the time budget
             detail = f"error: {o['error'][:60]}" if "error" in o else "-"
-            rows.append((o["name"], "-", "-", "-", "-", "-", "no", stop_text(o), detail))
+            rows.append((o["name"], "-", "-", "-", "-", "-", "no", stop_text(o), _wall(o), detail))
             continue
         rows.append(
             (
@@ -144,6 +150,7 @@ def final_table(operators: list[dict[str, Any]], fmt: str = "simple") -> str:
                 o["evaluations_to_best"],
                 "yes" if o["verified"] else "no",
                 stop_text(o),
+                _wall(o),
                 o["branch"] or "-",
             )
         )

@@ -77,6 +77,7 @@ class _Progress:
     incumbent: Judged = None  # type: ignore[assignment]  # the baseline until something beats it
     history: list[Judged] = field(default_factory=list)
     best_at: int = 0  # the evaluation that found the incumbent
+    started: float = field(default_factory=time.monotonic)  # for the evaluations per minute
 
     def __post_init__(self) -> None:
         self.incumbent = self.incumbent or self.baseline
@@ -106,6 +107,7 @@ class KopeSession:
         self.budget = int(_setting(config, "kope_budget", 24))
         self.agent_name = str(_setting(config, "kope_agent", "auto"))
         self.min_gain = float(_setting(config, "kope_min_gain", 0.05))
+        self.fork_server = _setting(config, "kope_fork_server", True) not in (False, "false", "0", "no")
         self.seeds = int(_setting(config, "kope_seeds", 2))
         self.timeout = float(_setting(config, "kope_timeout", 120.0))
         self.jobs = int(_setting(config, "kope_jobs", len(os.sched_getaffinity(0))))
@@ -329,6 +331,8 @@ class KopeSession:
             self._devices(tc),
             tuple(self.config.getini("kope_plugins")),
             self._ceilings(tc),
+            fork_server=self.fork_server,
+            min_gain=self.min_gain,
         )
         return plan, tc
 
@@ -457,10 +461,13 @@ class KopeSession:
                 task,
             )
             summary["flaky_tests"] = flaky  # the tests to fix, with the seeds that show it
+            summary["seconds"] = round(time.monotonic() - started, 1)  # wall time, verification included
             summary["fixed_input_tests"] = baseline.fixed_inputs  # tests that make their own inputs
             summary["stopped"] = why
             return summary
         finally:
+            for note in judge.notes:
+                self.say(f"kope {op.name}: {note}", red=True)
             judge.close()
 
     def _resume(self, p: _Progress) -> None:
@@ -522,9 +529,11 @@ class KopeSession:
             self.graph.distill(p.task, self.run_id)
             for agent in agents:
                 agent.observe(ctx, judged)
+            per_minute = 60 * p.rule.evaluations / max(1e-9, time.monotonic() - p.started)
             self.say(
                 f"kope {op.name}: {p.rule.evaluations}/{self.budget} evaluations, best "
-                f"{p.incumbent.speedup:.2f}x ({p.incumbent.candidate.short}: {p.incumbent.candidate.idea})"
+                f"{p.incumbent.speedup:.2f}x ({p.incumbent.candidate.short}: {p.incumbent.candidate.idea}); "
+                f"phase search, {per_minute:.1f} evaluations/min"
             )
 
     def _may_run(self, candidate: Candidate, committed: str) -> bool:
@@ -627,6 +636,7 @@ class KopeSession:
             self.say(
                 f"kope {op.name}: verifying {incumbent.candidate.short} in a fresh process against the baseline"
             )
+            judge.fresh_processes()  # independence over speed: a new process, a new build
             judge.baseline(baseline.candidate)  # the differential check on inputs never seen before
             fresh = judge.correctness([incumbent.candidate])[0]
             if fresh.outcome.correct:
