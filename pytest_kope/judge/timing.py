@@ -37,7 +37,7 @@ class Budget:
 
 
 PLAIN = Budget()
-PAIRED = Budget(min_rounds=8, max_rounds=41, max_time_s=3.0)
+PAIRED = Budget(min_rounds=6, max_rounds=41, max_time_s=3.0)  # 6: the fewest with a 95% bound
 Stop = Callable[[list[float], list[float]], bool]  # (reference, candidate) per-call times -> decided
 
 
@@ -46,7 +46,8 @@ def decided(min_gain: float) -> Stop:
 
     Better: the bound's low end above 1 and the median above 1 + `min_gain` (the verdict's own rule).
     Not better: the bound's high end below 1 + `min_gain`, so no more rounds would make it a gain.
-    Looking after every few rounds raises the chance of a false win above a single look's; the
+    Looked at after 6 rounds (the fewest for which a 95% bound of the median exists: all six agree),
+    then every 2 (even counts keep the ABBA order balanced). Looking after every few rounds raises the chance of a false win above a single look's; the
     bench (`bench/overhead.py`) measures it on A/A pairs, a kernel against itself.
     """
 
@@ -143,8 +144,11 @@ def _run(fn: Call, sets: list[tuple], start: int, n: int, clock, sync) -> float:
 def calibrate(fn: Call, rotation: Rotation, clock, sync, budget: Budget) -> int:
     """Calls per round so a round lasts at least `min_round_s` (pytest-benchmark's idea)."""
     sets = rotation.sets
+    took = 0.0
     for i in range(budget.warmup):
-        fn(*sets[i % len(sets)])
+        took = _run(fn, sets, i, 1, clock, sync)
+    if budget.warmup and took >= 20 * budget.min_round_s:
+        return 1  # one call is a round many times over, even if the warm-up was slowed by first touches
     n = 1
     while True:
         took = _run(fn, sets, 0, n, clock, sync)
