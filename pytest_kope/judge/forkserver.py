@@ -141,6 +141,7 @@ def judge(session: pytest.Session, request: dict[str, Any]) -> int:
     child.pytest_collection_modifyitems(config, items)
     session.items, session.testscollected = items, len(items)
     child.pytest_sessionstart(session)
+    _restart_clock(config)
     for i, item in enumerate(items):
         nextitem = items[i + 1] if i + 1 < len(items) else None
         item.config.hook.pytest_runtest_protocol(item=item, nextitem=nextitem)
@@ -149,6 +150,15 @@ def judge(session: pytest.Session, request: dict[str, Any]) -> int:
     status = 1 if session.testsfailed else 0
     config.hook.pytest_sessionfinish(session=session, exitstatus=status)
     return status
+
+
+def _restart_clock(config: pytest.Config) -> None:
+    """The log's "in N s" counts from this child's start, not the server's (pytest 8+; else left)."""
+    reporter = config.pluginmanager.getplugin("terminalreporter")
+    if reporter is not None and hasattr(reporter, "_session_start"):
+        from _pytest import timing as pytest_timing
+
+        reporter._session_start = pytest_timing.Instant()
 
 
 def bind(items: list[pytest.Item], candidate: Candidate, seeds: list[int], default: int) -> list[pytest.Item]:
