@@ -1,0 +1,252 @@
+"""The fast judge: fork servers, the build-once cache and sequential timing, through real children.
+
+The isolation a fresh jailed child had must hold per candidate when children fork from one warm
+server: nothing a candidate starts outlives its judgement, the server's memory and the build cache
+are out of its reach, and a candidate that kills its server only gets judged again, afresh.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pytest_kope.candidate import Candidate
+from pytest_kope.judge import sandbox, timing
+from pytest_kope.judge.buildcache import BuildCache
+from pytest_kope.judge.outcome import Outcome
+from pytest_kope.judge.runner import Judge, Plan
+from pytest_kope.operator import Operator
+
+JAIL, JAIL_WHY = sandbox.bubblewrap()
+needs_jail = pytest.mark.skipif(JAIL is None, reason=f"no bubblewrap jail here: {JAIL_WHY}")
+
+KERNEL = """\
+// kope: kernel void scale(const float *x, float *y, int n)
+{prelude}
+void scale(const float *x, float *y, int n) {{
+{body}
+    for (int i = 0; i < n; i++) y[i] = 2.0f * x[i];
+{after}
+}}
+"""
+
+TESTS = """\
+import numpy as np
+import pytest
+from pytest_kope import assert_close
+
+pytestmark = pytest.mark.kope("scale", source="scale.c")
+
+
+@pytest.mark.parametrize("n", [3, 1000])
+def test_scale(kernel, rng, n):
+    x = rng.standard_normal(n).astype(np.float32)
+    y = np.empty_like(x)
+    kernel.scale(x, y, n)
+    assert_close(y, 2 * x, rtol=1e-6)
+
+
+def test_scale_perf(kernel, rng, kope_bench):
+    x = rng.standard_normal(1 << 16).astype(np.float32)
+    y = np.empty_like(x)
+    kope_bench(kernel.scale, x, y, x.size)
+"""
+
+# Leaves a process behind (own session, named kope-stray), once per process.
+STRAY = KERNEL.format(
+    prelude="#include <unistd.h>\n#include <sys/prctl.h>\nstatic int started;",
+    body="    if (!started) { started = 1; if (fork() == 0) { setsid(); "
+    'prctl(PR_SET_NAME, "kope-stray"); for (;;) pause(); } }',
+    after="",
+)
+
+# Writes a wrong y[0] naming the first thing it could reach that it must not (see its stderr).
+PROBE = KERNEL.format(
+    prelude="""\
+#include <dirent.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+static int reach(void) {
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+    char path[300], name[64];
+    while (d && (e = readdir(d))) {
+        snprintf(path, sizeof path, "/proc/%s/comm", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (f && fgets(name, sizeof name, f) && strncmp(name, "kope-stray", 10) == 0) {
+            fprintf(stderr, "kope-probe: an earlier candidate's process is alive\\n");
+            return 1;
+        }
+        if (f) fclose(f);
+    }
+    if (d) closedir(d);
+    snprintf(path, sizeof path, "/proc/%d/mem", (int)getppid());
+    int fd = open(path, O_RDONLY);
+    if (fd >= 0) { fprintf(stderr, "kope-probe: the server's memory is open\\n"); return 2; }
+    snprintf(path, sizeof path, "/proc/%d/environ", (int)getppid());
+    fd = open(path, O_RDONLY);
+    if (fd >= 0) { fprintf(stderr, "kope-probe: the server's environment is open\\n"); return 3; }
+    const char *cache = getenv("KOPE_BUILD_CACHE");
+    if (cache && access(cache, W_OK) == 0) { fprintf(stderr, "kope-probe: the cache is writable\\n"); return 4; }
+    return 0;
+}""",
+    body="    int bad = reach();",
+    after="    if (bad) y[0] = 1000.0f + bad;",
+)
+
+# Kills its own parent: the fork server (in a fresh jailed child its parent is the jail's init).
+PARRICIDE = KERNEL.format(
+    prelude="#include <signal.h>\n#include <unistd.h>\nstatic int done;",
+    body="    if (!done) { done = 1; kill(getppid(), SIGKILL); }",
+    after="",
+)
+
+
+def _plan(tmp_path: Path, jobs: int = 1) -> Plan:
+    (tmp_path / "scale.c").write_text(KERNEL.format(prelude="", body="", after=""))
+    (tmp_path / "test_scale.py").write_text(TESTS)
+    (tmp_path / "pytest.ini").write_text("[pytest]\nfilterwarnings = error\n")
+    op = Operator("scale", tmp_path / "scale.c", "c", "elementwise")
+    # the library screen would refuse fork/open/kill: switched off to test the next layers
+    env = {"OMP_WAIT_POLICY": "passive", "KOPE_C_SCREEN_BINARY": "0"}
+    ids = ["test_scale.py::test_scale[3]", "test_scale.py::test_scale[1000]"]
+    plan = Plan(op, tmp_path, tmp_path / "pytest.ini", [tmp_path / "test_scale.py"], ids, [], env)
+    plan.performance, plan.jobs, plan.keep = ["test_scale.py::test_scale_perf"], jobs, tmp_path / "kept"
+    return plan
+
+
+def _candidate(plan: Plan, text: str) -> Candidate:
+    return Candidate(text, "scale.c", "c", idea="test", agent="replay")
+
+
+@needs_jail
+def test_one_candidate_cannot_reach_the_next_or_the_server(tmp_path):
+    plan = _plan(tmp_path)
+    judge = Judge(plan, lambda c: [])
+    try:
+        assert judge.baseline(plan.operator.baseline()).outcome == Outcome.OK
+        (stray,) = judge.correctness([_candidate(plan, STRAY)])
+        (probe,) = judge.correctness([_candidate(plan, PROBE)])
+        assert judge.launcher.pool is not None and len(judge.launcher.pool.servers) == 1
+    finally:
+        judge.close()
+    assert stray.outcome == Outcome.OK, stray.failures
+    log = (plan.keep / probe.candidate.short / "correctness.log").read_text()
+    assert probe.outcome == Outcome.OK, (probe.failures, log[-2000:])
+    assert "kope-probe" not in log
+
+
+@needs_jail
+def test_a_candidate_that_kills_its_server_is_judged_again_afresh(tmp_path):
+    plan = _plan(tmp_path)
+    judge = Judge(plan, lambda c: [])
+    try:
+        judge.baseline(plan.operator.baseline())
+        (killer,) = judge.correctness([_candidate(plan, PARRICIDE)])
+        (after,) = judge.correctness([_candidate(plan, KERNEL.format(prelude="", body="", after="") + "\n")])
+    finally:
+        judge.close()
+    assert any("fresh process" in n for n in judge.notes), judge.notes
+    assert killer.outcome == Outcome.OK, killer.failures  # in its own jail its parent is the jail's init
+    assert after.outcome == Outcome.OK, after.failures  # the server came back
+
+
+def test_each_candidate_is_built_once_and_the_cache_is_read_only_to_children(tmp_path):
+    plan = _plan(tmp_path, jobs=2)
+    judge = Judge(plan, lambda c: [])
+    twin = _candidate(plan, KERNEL.format(prelude="", body="", after="") + "\n")
+    try:
+        base = judge.baseline(plan.operator.baseline())
+        judged = judge.correctness([twin])[0]
+        judge.performance(judged, base.candidate)
+        judge.correctness([twin])
+        cache = judge.launcher.cache
+        assert cache.builds == 2, cache.builds  # the committed kernel and the twin, once each
+        assert set(cache.keys) == {base.candidate.hash, twin.hash}
+    finally:
+        judge.close()
+    assert judged.outcome == Outcome.OK and judged.timings, judged.failures
+    assert judged.phases["build"] > 0 and judged.phases["start"] < judged.seconds
+
+
+def test_a_build_failure_is_remembered_not_rebuilt(tmp_path):
+    plan = _plan(tmp_path)
+    judge = Judge(plan, lambda c: [])
+    broken = _candidate(plan, KERNEL.format(prelude="", body="    this is not C;", after=""))
+    try:
+        judge.baseline(plan.operator.baseline())
+        first, again = judge.correctness([broken]), judge.correctness([broken])
+        builds = judge.launcher.cache.builds
+    finally:
+        judge.close()
+    assert first[0].outcome == again[0].outcome == Outcome.COMPILE_FAILED
+    assert "error" in first[0].failures[0] and builds == 2  # the committed kernel, the broken one
+
+
+def test_the_cache_adopts_only_the_key_the_server_named(tmp_path):
+    cache = BuildCache("t")
+    try:
+        work = tmp_path / "w"
+        (work / "builds" / "theirs").mkdir(parents=True)
+        (work / "builds" / "theirs" / "kernel.so").write_bytes(b"planted")
+        assert not cache.adopt("abc", work, "mine")
+        assert not (cache.root / "theirs").exists() and "abc" not in cache.keys
+        (work / "builds" / "mine").mkdir()
+        assert cache.adopt("abc", work, "mine") and (cache.root / "mine").is_dir()
+    finally:
+        cache.close()
+
+
+def test_the_old_path_still_judges(tmp_path):
+    plan = _plan(tmp_path)
+    plan.fork_server = False
+    judge = Judge(plan, lambda c: [])
+    try:
+        base = judge.baseline(plan.operator.baseline())
+        judged = judge.correctness([_candidate(plan, KERNEL.format(prelude="", body="", after="") + "\n")])
+    finally:
+        judge.close()
+    assert base.outcome == judged[0].outcome == Outcome.OK
+    assert judge.launcher.pool is None
+
+
+def _double(x, y):
+    np.multiply(x, 2, out=y)
+
+
+def _slow_double(x, y):
+    for _ in range(4):
+        np.multiply(x, 2, out=y)
+
+
+@pytest.mark.parametrize("candidate", [_slow_double], ids=["clearly slower"])
+def test_paired_timing_stops_once_the_bound_decides(candidate):
+    x = np.random.default_rng(0).standard_normal(1 << 16).astype(np.float32)
+    y = np.empty_like(x)
+    import time
+
+    budget = timing.Budget(min_rounds=6, max_rounds=41, max_time_s=30.0, min_round_s=0.002)
+    paired = timing.measure_paired(
+        _double,
+        candidate,
+        (x, y),
+        time.perf_counter,
+        lambda: None,
+        budget,
+        ["in", "out"],
+        stop=timing.decided(0.05),
+    )
+    assert paired.ratio.rounds == 6, paired.ratio
+    assert paired.ratio.high < 1.05
+
+
+def test_the_stop_rule_is_the_verdicts_rule():
+    stop = timing.decided(0.05)
+    assert stop([1.0] * 10, [0.5] * 10)  # twice as fast every round: decided better
+    assert stop([1.0] * 10, [2.0] * 10)  # twice as slow: decided not better
+    assert not stop([1.0, 1.2, 0.9, 1.1, 1.0, 0.95, 1.15, 0.9, 1.05, 1.1], [1.0] * 10)  # undecided
