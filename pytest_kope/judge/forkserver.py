@@ -235,11 +235,22 @@ def _warm(session: pytest.Session) -> None:
 
 def _wait(pid: int, wall_s: float) -> tuple[int, bool]:
     """The child's exit code (-N: killed by signal N) and whether it ran past `wall_s` (then killed)."""
-    fd = os.pidfd_open(pid)
     try:
-        timed_out = not select.select([fd], [], [], wall_s)[0]
-    finally:
-        os.close(fd)
+        fd = os.pidfd_open(pid)
+    except (AttributeError, OSError):  # Linux before 5.3: look every few milliseconds
+        fd = None
+    if fd is not None:
+        try:
+            timed_out = not select.select([fd], [], [], wall_s)[0]
+        finally:
+            os.close(fd)
+    else:
+        deadline = time.monotonic() + wall_s
+        while (ended := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+            time.sleep(0.002)
+        if ended[0]:
+            return os.waitstatus_to_exitcode(ended[1]), False
+        timed_out = True
     if timed_out:
         for kill in (os.killpg, os.kill):
             try:

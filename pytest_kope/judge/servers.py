@@ -188,11 +188,14 @@ class Pool:
         self.servers: list[ForkServer] = []
         self.lock = threading.Lock()
         self.broken = ""  # why the servers are off (then every judgement runs in a fresh process)
+        self.starting: list[threading.Thread] = []
 
     def warm(self) -> None:
         """Start the servers in the background, so the first judgements find them collected."""
         for _ in range(self.size):
-            threading.Thread(target=self._add, daemon=True).start()
+            thread = threading.Thread(target=self._add, daemon=True)
+            thread.start()
+            self.starting.append(thread)
 
     def _add(self) -> None:
         with self.lock:
@@ -200,10 +203,14 @@ class Pool:
                 return
             server = ForkServer(self.plan, len(self.servers))
             self.servers.append(server)
-        if server.start():
+        try:
+            started = server.start()
+        except Exception as e:  # noqa: BLE001 - a server that cannot start turns the servers off
+            started, self.broken = False, f"the fork server could not start: {type(e).__name__}: {e}"
+        if started:
             self.idle.put(server)
             return
-        self.broken = f"the fork server could not collect the tests:\n{server.log()}"
+        self.broken = self.broken or f"the fork server could not collect the tests:\n{server.log()}"
         server.close()
         self.idle.put(server)  # wakes a waiting acquire, which then sees `broken`
 
@@ -217,16 +224,27 @@ class Pool:
                 continue
             if self.broken:
                 return None
-            if not server.alive and not server.start():
-                self.broken = f"the fork server could not restart:\n{server.log()}"
+            if not server.alive and not self._restart(server):
                 return None
             return server
         return None
+
+    def _restart(self, server: ForkServer) -> bool:
+        try:
+            if server.start():
+                return True
+        except Exception as e:  # noqa: BLE001
+            self.broken = f"the fork server could not restart: {type(e).__name__}: {e}"
+        self.broken = self.broken or f"the fork server could not restart:\n{server.log()}"
+        self.idle.put(server)  # back in the pool, for close() and for waiters to see `broken`
+        return False
 
     def release(self, server: ForkServer) -> None:
         self.idle.put(server)
 
     def close(self) -> None:
+        for thread in self.starting:  # a server half started would otherwise outlive its pool
+            thread.join()
         for server in self.servers:
             server.close()
         self.servers = []
