@@ -1,0 +1,257 @@
+"""Where an attempt's time goes: the judge before this change (a fresh `pytest` child per judgement,
+each building its own kernels, fixed timing rounds) against after (one build per candidate, children
+forked from warm fork servers, timing rounds that stop once the 95% bound decides), in one run, side
+by side on the sample operators; plus the A/A false-win rate of the timing decision.
+
+    python bench/overhead.py                      # all 8 sample operators, 6 attempts each per judge
+    python bench/overhead.py --ops softmax,sgemm --attempts 4 --aa 0 --json out.json
+
+Per attempt (one candidate: correctness, then timing against the committed kernel if correct) the
+seconds are split into: build (compile; the build step or the child's own build), start (process
+start or fork, collection, exit), correctness (the tests, the differential replay and compare), timing
+(the paired timing's protocol: inputs, poisoning, output checks), kernel (inside timed windows),
+verification (the winner's fresh re-run, once per operator, spread over a 24-attempt budget) and bookkeeping
+(graph writes and lesson distillation). Harness overhead is all of it but build and kernel.
+
+A/A: the committed kernel against a copy of itself (same code, another candidate), timed by the
+judge as a candidate is; a false win is a verdict `better` (bound above 1, median above 1.05).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+from tabulate import tabulate
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from pytest_kope.candidate import Candidate  # noqa: E402
+from pytest_kope.judge import sandbox  # noqa: E402
+from pytest_kope.judge.outcome import Judged  # noqa: E402
+from pytest_kope.judge.runner import Judge, Plan  # noqa: E402
+from pytest_kope.judge.stats import PairedRatio  # noqa: E402
+from pytest_kope.operator import is_performance_test, operator_of  # noqa: E402
+from pytest_kope.toolchains.c import CToolchain  # noqa: E402
+
+PHASES = ["build", "start", "correctness", "timing", "kernel", "verification", "bookkeeping"]
+MODES = {
+    "before": {"fork_server": False, "sequential": False},
+    "after": {"fork_server": True, "sequential": True},
+}
+
+
+class Collect:
+    def __init__(self) -> None:
+        self.items: list[pytest.Item] = []
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self.items = list(session.items)
+
+
+def plans(repo: Path, names: list[str] | None) -> list[Plan]:
+    """One plan per operator of `repo`, as the optimize run makes them."""
+    collect = Collect()
+    pytest.main(
+        ["--collect-only", "-q", "-p", "no:cacheprovider", "--rootdir", str(repo), str(repo)], [collect]
+    )
+    by_op: dict[str, list[pytest.Item]] = {}
+    for item in collect.items:
+        op = operator_of(item)
+        if op is not None and (not names or op.name in names):
+            by_op.setdefault(op.name, []).append(item)
+    tc = CToolchain()
+    out = []
+    for items in by_op.values():
+        op = operator_of(items[0])
+        correctness = [i.nodeid for i in items if not is_performance_test(i)]
+        performance = [i.nodeid for i in items if is_performance_test(i)]
+        files = sorted({Path(str(i.path)) for i in items})
+        out.append(
+            Plan(op, repo, repo / "pytest.ini", files, correctness, performance, dict(tc.environment()))
+        )
+    return out
+
+
+def candidates(plan: Plan, n: int, seed: int) -> list[Candidate]:
+    """`n` points of the operator's declared tuning space, as the tuner would propose them."""
+    op = plan.operator
+    base = op.baseline()
+    points = [p for p in op.spec.space.points() if p != base.params]
+    random.Random(seed).shuffle(points)
+    return [
+        Candidate(
+            op.text, op.source.name, op.toolchain, params=p, idea="bench", agent="tuner", parent=base.hash
+        )
+        for p in points[:n]
+    ]
+
+
+def bookkeeping(graph, task: int, run_id: str, judged: list[Judged]) -> float:
+    began = time.monotonic()
+    for j in judged:
+        graph.record(task, run_id, j)
+    graph.distill(task, run_id)
+    return time.monotonic() - began
+
+
+def attempt_row(j: Judged) -> dict[str, float]:
+    row = {p: 0.0 for p in PHASES}
+    for phase, seconds in j.phases.items():
+        phase = "correctness" if phase == "compare" else phase
+        row[phase] = row.get(phase, 0.0) + seconds
+    return row
+
+
+def judge_operator(plan: Plan, mode: str, attempts: list[Candidate], graph, ceilings, budget: int) -> dict:
+    """Baseline, attempts in batches (correctness in parallel, then timing), one verification."""
+    plan.fork_server, plan.sequential = MODES[mode]["fork_server"], MODES[mode]["sequential"]
+    plan.ceilings = ceilings
+    tc = CToolchain()
+    judge = Judge(plan, tc.screen)
+    task = graph.task_id(plan.operator.name, plan.operator.family, "c", tc.fingerprint())
+    run_id = f"bench-{mode}-{plan.operator.name}-{time.time_ns()}"
+    graph.start_run(run_id, "bench", tc.fingerprint())
+    began = time.monotonic()
+    rows, rounds, correct = [], [], []
+    try:
+        base = judge.baseline(plan.operator.baseline())
+        judge.performance(base, base.candidate)
+        for k in range(0, len(attempts), plan.jobs):
+            batch = judge.correctness(attempts[k : k + plan.jobs])
+            for j in batch:
+                if j.outcome.correct:
+                    judge.performance(j, base.candidate)
+                    rounds += [t.rounds for t in j.timings]
+                    correct.append(j.candidate)
+            spent = bookkeeping(graph, task, run_id, batch)
+            for j in batch:
+                rows.append({**attempt_row(j), "bookkeeping": spent / len(batch)})
+        verify = time.monotonic()
+        winner = (correct or attempts)[0]
+        judge.fresh_processes()
+        judge.baseline(base.candidate)
+        fresh = judge.correctness([winner])[0]
+        if fresh.outcome.correct:
+            judge.performance(fresh, base.candidate)
+        verify = time.monotonic() - verify
+    finally:
+        judge.close()
+    for row in rows:  # one verification per operator, spread over a run's budget of attempts
+        row["verification"] = verify / max(1, budget, len(rows))
+    return {"rows": rows, "wall": time.monotonic() - began, "rounds": rounds, "notes": judge.notes}
+
+
+def aa_pairs(plan: Plan, pairs: int) -> list[dict]:
+    """The committed kernel against an identical copy, `pairs` times, with the judge's timing and rule."""
+    plan.fork_server, plan.sequential = True, True
+    tc = CToolchain()
+    judge = Judge(plan, tc.screen)
+    op = plan.operator
+    out = []
+    try:
+        base = judge.baseline(op.baseline())
+        twin = Candidate(
+            op.text + "\n", op.source.name, op.toolchain, base.candidate.params, "A/A twin", "bench"
+        )
+        (twin_judged,) = judge.correctness([twin])
+        for _ in range(pairs):
+            j = Judged(twin, twin_judged.outcome)
+            judge.performance(j, base.candidate)
+            if not j.timings:
+                continue
+            ratio = PairedRatio(j.ratio, j.ratio_low, j.ratio_low, len(j.timings))
+            out.append(
+                {
+                    "ratio": j.ratio,
+                    "low": j.ratio_low,
+                    "rounds": sum(t.rounds for t in j.timings),
+                    "false_win": ratio.beats(plan.min_gain),
+                }
+            )
+    finally:
+        judge.close()
+    return out
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values) if values else 0.0
+
+
+def summarize(results: dict[str, list[dict]]) -> list[list]:
+    table = []
+    for mode, ops in results.items():
+        rows = [r for op in ops for r in op["rows"]]
+        total = [sum(r[p] for p in PHASES) for r in rows]
+        overhead = [t - r["build"] - r["kernel"] for t, r in zip(total, rows)]
+        rounds = [x for op in ops for x in op["rounds"]]
+        table.append(
+            [
+                mode,
+                len(rows),
+                *(median([r[p] for r in rows]) for p in PHASES),
+                median(total),
+                median(overhead),
+            ]
+            + [median(rounds), sum(op["wall"] for op in ops)]
+        )
+    return table
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repo", type=Path, default=ROOT / "sample_ops")
+    parser.add_argument("--ops", default="", help="comma-separated operators (default: all)")
+    parser.add_argument("--attempts", type=int, default=6, help="candidates judged per operator and mode")
+    parser.add_argument("--aa", type=int, default=7, help="A/A pairs per operator (0: none)")
+    parser.add_argument(
+        "--budget", type=int, default=24, help="attempts per operator a verification is spread over"
+    )
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--json", type=Path, default=ROOT / "bench" / "overhead.json")
+    args = parser.parse_args(argv)
+    from pytest_kope.judge.physics import ceilings_for
+    from pytest_kope.memory.graph import Graph
+
+    work = Path(tempfile.mkdtemp(prefix="kope-bench-"))
+    graph = Graph(work / "experience.db")
+    tc = CToolchain()
+    ceilings = ceilings_for(graph, tc.fingerprint(), work / "builds").to_json()
+    print("isolation:", "; ".join(sandbox.isolation_summary()))
+    results: dict[str, list[dict]] = {mode: [] for mode in MODES}
+    aa: list[dict] = []
+    for plan in plans(args.repo, [n for n in args.ops.split(",") if n]):
+        attempts = candidates(plan, args.attempts, args.seed)
+        for mode in MODES if plan.operator.name < "m" else reversed(list(MODES)):  # alternate who goes first
+            result = judge_operator(plan, mode, attempts, graph, ceilings, args.budget)
+            results[mode].append({"operator": plan.operator.name, **result})
+            print(
+                f"{plan.operator.name:10} {mode:6} {len(result['rows'])} attempts in {result['wall']:.1f} s"
+            )
+        if args.aa:
+            aa += [{"operator": plan.operator.name, **p} for p in aa_pairs(plan, args.aa)]
+    headers = ["judge", "attempts", *PHASES, "total", "overhead", "rounds", "wall s"]
+    print("\nper attempt, median seconds (overhead: all but build and kernel)")
+    print(tabulate(summarize(results), headers=headers, floatfmt=".3f"))
+    if aa:
+        wins = sum(p["false_win"] for p in aa)
+        print(
+            f"\nA/A: {wins} false wins in {len(aa)} pairs ({100 * wins / len(aa):.1f}%), "
+            f"median ratio {median([p['ratio'] for p in aa]):.3f}, median rounds {median([p['rounds'] for p in aa])}"
+        )
+    args.json.write_text(json.dumps({"results": results, "aa": aa, "phases": PHASES}, indent=1, default=str))
+    print(f"\nwrote {args.json}")
+    graph.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
