@@ -219,30 +219,42 @@ def _double(x, y):
     np.multiply(x, 2, out=y)
 
 
-def _slow_double(x, y):
-    for _ in range(4):
-        np.multiply(x, 2, out=y)
+class FakeClock:
+    """Time that passes only in kernel calls: 1 ms a reference call, 4 ms a candidate call."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def kernel(self, cost: float):
+        def call(x, y):
+            self.now += cost
+            np.multiply(x, 2, out=y)
+
+        return call
 
 
-@pytest.mark.parametrize("candidate", [_slow_double], ids=["clearly slower"])
-def test_paired_timing_stops_once_the_bound_decides(candidate):
-    x = np.random.default_rng(0).standard_normal(1 << 16).astype(np.float32)
-    y = np.empty_like(x)
-    import time
-
-    budget = timing.Budget(min_rounds=6, max_rounds=41, max_time_s=30.0, min_round_s=0.002)
+def test_paired_timing_stops_once_the_bound_decides():
+    clock = FakeClock()
+    x = np.random.default_rng(0).standard_normal(1 << 12).astype(np.float32)
     paired = timing.measure_paired(
-        _double,
-        candidate,
-        (x, y),
-        time.perf_counter,
+        clock.kernel(1e-3),
+        clock.kernel(4e-3),
+        (x, np.empty_like(x)),
+        clock,
         lambda: None,
-        budget,
+        timing.PAIRED,
         ["in", "out"],
         stop=timing.decided(0.05),
     )
-    assert paired.ratio.rounds == 6, paired.ratio
-    assert paired.ratio.high < 1.05
+    assert paired.ratio.rounds == timing.PAIRED.min_rounds, paired.ratio  # 4x slower: the first look
+    assert paired.ratio.median == pytest.approx(0.25)
+    unstopped = timing.measure_paired(
+        clock.kernel(1e-3), clock.kernel(4e-3), (x, np.empty_like(x)), clock, lambda: None, timing.PAIRED
+    )
+    assert unstopped.ratio.rounds > paired.ratio.rounds  # without the rule: to the cap
 
 
 def test_the_stop_rule_is_the_verdicts_rule():
@@ -250,3 +262,31 @@ def test_the_stop_rule_is_the_verdicts_rule():
     assert stop([1.0] * 10, [0.5] * 10)  # twice as fast every round: decided better
     assert stop([1.0] * 10, [2.0] * 10)  # twice as slow: decided not better
     assert not stop([1.0, 1.2, 0.9, 1.1, 1.0, 0.95, 1.15, 0.9, 1.05, 1.1], [1.0] * 10)  # undecided
+
+
+def _counting(fn):
+    calls = []
+
+    def call(x, y):
+        calls.append(1)
+        fn(x, y, len(calls))
+
+    return call, calls
+
+
+def test_slow_kernels_timed_outputs_are_checked_inside_the_rounds():
+    """One call a block: both kernels write the same copy from the same inputs in a round; a
+    candidate wrong on every other call is caught there, and an honest one costs no extra calls."""
+    import time
+
+    x = np.random.default_rng(1).standard_normal(4096).astype(np.float32)
+    budget = timing.Budget(min_rounds=8, max_rounds=8, max_time_s=30.0, min_round_s=0.0)  # 8 copies
+    honest, honest_calls = _counting(lambda x, y, k: np.multiply(x, 2, out=y))
+    sly, _ = _counting(lambda x, y, k: np.multiply(x, 2 if k % 2 else 3, out=y))
+    for candidate, wrong in ((honest, False), (sly, True)):
+        paired = timing.measure_paired(
+            _double, candidate, (x, np.empty_like(x)), time.perf_counter, lambda: None, budget, ["in", "out"]
+        )
+        assert bool(paired.mismatch) == wrong, paired.mismatch
+    assert "timed buffer copy" in paired.mismatch
+    assert len(honest_calls) == 1 + 8  # the warm-up, then one call a round: no check calls after

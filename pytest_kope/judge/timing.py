@@ -5,8 +5,9 @@ Free of pytest so the same code runs in a plain test, in a judging child and in 
 No two timed rounds see the same inputs: every rotation copy holds the test's floating inputs times
 its own factor near 1 (structure kept, no two copies equal), and each round draws new factors, so a
 kernel that remembers "the same input as last time" never sees one. Outputs are poisoned before
-each block of calls, and after timing each copy's outputs are compared with the reference's on the
-same buffers, so a kernel that skips work on timed calls is caught by its results, not only its speed.
+each block of calls, and each copy's outputs are compared with the reference's on the same buffers
+(after timing; for kernels timed one call a block, inside the rounds themselves), so a kernel that
+skips work on timed calls is caught by its results, not only its speed.
 """
 
 from __future__ import annotations
@@ -210,27 +211,63 @@ def measure_paired(
     n_cand = calibrate(candidate, rotation, clock, sync, budget)
     calibrating += clock() - began
     ref, cand, spent, r = [], [], 0.0, 0
+    # one call a block (slow kernels): both kernels write the same copy from the same inputs in a
+    # round, so their outputs are compared right there instead of in extra calls afterwards
+    check = InRoundCheck(rotation, rtol) if n_ref == n_cand == 1 and rotation.outputs else None
     while r < budget.max_rounds and (r < budget.min_rounds or spent < budget.max_time_s):
         order = [(reference, n_ref, ref), (candidate, n_cand, cand)]
         factors = rotation.factors()  # both kernels see the same inputs in a round, new ones each round
-        for fn, n, out in order if r % 2 == 0 else reversed(order):
+        for j, (fn, n, out) in enumerate(order if r % 2 == 0 else reversed(order)):
             rotation.prepare(factors, rotation.used(r * n, n))
             took = _run(fn, rotation.sets, r * n, n, clock, sync)
             out.append(took / n)
             spent += took
+            if check is not None:
+                check.block(r % len(rotation.sets), out is ref, first=j == 0)
         r += 1
         look = r >= budget.min_rounds and (r - budget.min_rounds) % budget.look_every == 0
         if stop and look and stop(ref, cand):
             break
+    done = check is not None and (check.mismatch or len(check.checked) == len(rotation.sets))
     return Paired(
         Stats.of(ref, n_ref),
         Stats.of(cand, n_cand),
         PairedRatio.of(ref, cand),
-        timed_outputs_mismatch(reference, candidate, rotation, rtol),
+        check.mismatch if done else timed_outputs_mismatch(reference, candidate, rotation, rtol),
         len(rotation.sets),
         rotation.bytes_per_call,
         calibrating + spent,
     )
+
+
+class InRoundCheck:
+    """The timed outputs check inside the rounds, for kernels timed one call a block.
+
+    In a round both kernels run on the same rotation copy with the same fresh inputs, each after
+    its outputs were poisoned; the first one's outputs are copied out before the second block's
+    poisoning, and compared with the second one's. Once every copy has been compared (or a
+    mismatch found), no check calls are needed afterwards.
+    """
+
+    def __init__(self, rotation: Rotation, rtol: float):
+        self.rotation, self.rtol = rotation, rtol
+        self.checked: set[int] = set()
+        self.mismatch = ""
+        self.first: tuple[bool, dict[int, np.ndarray]] = (True, {})
+
+    def block(self, k: int, is_reference: bool, first: bool) -> None:
+        outputs = self.rotation.outputs_of(k)
+        if first:
+            self.first = (is_reference, outputs)
+            return
+        was_reference, earlier = self.first
+        want, got = (earlier, outputs) if was_reference else (outputs, earlier)
+        for i, expected in want.items():
+            why = arrays.mismatch(got[i], expected, self.rtol)
+            if why and not self.mismatch:
+                copies = len(self.rotation.sets)
+                self.mismatch = f"on timed buffer copy {k + 1} of {copies}, output #{i}: {why}"
+        self.checked.add(k)
 
 
 def timed_outputs_mismatch(reference: Call, candidate: Call, rotation: Rotation, rtol: float) -> str:
