@@ -222,6 +222,12 @@ def _warm(session: pytest.Session) -> None:
     from ..operator import operator_of
     from .building import interface_of, toolchain_of
 
+    try:  # cffi's first cdef imports pycparser and builds its tables: tens of ms in every child
+        import cffi
+
+        cffi.FFI().cdef("void kope_warm(int);")
+    except Exception:  # noqa: BLE001 - a toolchain without cffi
+        pass
     ops = {op.name: op for item in session.items if (op := operator_of(item)) is not None}
     for op in ops.values():
         try:
