@@ -183,7 +183,6 @@ class CToolchain:
     def _compile(
         self, candidate: Candidate, build_dir: Path, spec: KernelSpec | None = None
     ) -> tuple[Path, str]:
-        screened = os.environ.get(BINARY_SCREEN_ENV, "1") != "0"
         key = self.build_key(candidate, spec)
         target = build_dir / key
         lib = target / "kernel.so"
