@@ -233,6 +233,9 @@ class Launcher:
                     message = "screening: " + "; ".join(reply["refused"])
                     cache.fail(candidate.hash, "rejected", message)
                     return _build_failed(candidate, "rejected", message, finished.wall_s)
+                if finished.timed_out:  # the judging child would only wait as long again
+                    why = f"build: no result after {finished.wall_s:.0f} s (wall-clock limit); killed"
+                    return Judged(candidate, Outcome.TIMEOUT, failures=[why], seconds=finished.wall_s)
                 built = any(e["event"] == "built" for e in events) and finished.returncode == 0
                 if built and reply.get("key"):
                     cache.adopt(candidate.hash, work, reply["key"])
