@@ -97,6 +97,10 @@ def mismatch(got: np.ndarray, want: np.ndarray, rtol: float = DEFAULT_RTOL) -> s
     if got.dtype.kind not in "fc":
         bad = int(np.count_nonzero(got != want))
         return f"{bad} of {got.size} elements differ" if bad else ""
+    if got.dtype.kind == "f" and got.dtype.itemsize <= 4 and want.dtype == got.dtype:
+        fast = _all_finite_mismatch(got, want, rtol)
+        if fast is not None:
+            return fast
     with np.errstate(invalid="ignore"):  # the poison is a signalling NaN: converting it is fine here
         g, w = got.astype(np.float64), want.astype(np.float64)
     fin_g, fin_w = np.isfinite(g), np.isfinite(w)
@@ -109,6 +113,24 @@ def mismatch(got: np.ndarray, want: np.ndarray, rtol: float = DEFAULT_RTOL) -> s
         return ""
     scale = float(np.abs(w[fin_w]).max())
     worst = float(np.abs(g[fin_w] - w[fin_w]).max())
+    if worst > rtol * scale + 1e-30:
+        return f"max error {worst:.3g} > {rtol:g} of max |expected| {scale:.3g}"
+    return ""
+
+
+def _all_finite_mismatch(got: np.ndarray, want: np.ndarray, rtol: float) -> str | None:
+    """`mismatch` for the common case, both all finite, in float32 with one temporary instead of
+    float64 copies and boolean-indexed ones (a 16M-element output: ~1 s -> ~0.05 s); None otherwise.
+    A difference of two float32 values near each other is exact, so the verdict is the same."""
+    if not want.size:
+        return None
+    g, w = got.astype(np.float32, copy=False), want.astype(np.float32, copy=False)
+    with np.errstate(invalid="ignore", over="ignore"):
+        lo_w, hi_w, lo_g, hi_g = (float(f(a)) for a in (w, g) for f in (np.min, np.max))
+        if not all(map(np.isfinite, (lo_w, hi_w, lo_g, hi_g))):  # min/max carry any NaN or inf
+            return None
+        d = np.subtract(g, w, dtype=np.float64 if g.size < 4096 else np.float32)
+        worst, scale = max(float(d.max()), -float(d.min())), max(hi_w, -lo_w)
     if worst > rtol * scale + 1e-30:
         return f"max error {worst:.3g} > {rtol:g} of max |expected| {scale:.3g}"
     return ""
