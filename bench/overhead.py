@@ -4,7 +4,7 @@ forked from warm fork servers, timing rounds that stop once the 95% bound decide
 by side on the sample operators; plus the A/A false-win rate of the timing decision.
 
     python bench/overhead.py                      # all 8 sample operators, 6 attempts each per judge
-    python bench/overhead.py --ops softmax,sgemm --attempts 4 --aa 0 --json out.json
+    python bench/overhead.py --ops softmax,sgemm --attempts 4 --aa 0   # JSON: bench/results/overhead.json
 
 Per attempt (one candidate: correctness, then timing against the committed kernel if correct) the
 seconds are split into: build (compile; the build step or the child's own build), start (process
@@ -216,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         "--budget", type=int, default=24, help="attempts per operator a verification is spread over"
     )
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--json", type=Path, default=ROOT / "bench" / "overhead.json")
+    parser.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "overhead.json")
     args = parser.parse_args(argv)
     from pytest_kope.judge.physics import ceilings_for
     from pytest_kope.memory.graph import Graph
@@ -247,6 +247,7 @@ def main(argv: list[str] | None = None) -> int:
             f"\nA/A: {wins} false wins in {len(aa)} pairs ({100 * wins / len(aa):.1f}%), "
             f"median ratio {median([p['ratio'] for p in aa]):.3f}, median rounds {median([p['rounds'] for p in aa])}"
         )
+    args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps({"results": results, "aa": aa, "phases": PHASES}, indent=1, default=str))
     print(f"\nwrote {args.json}")
     graph.close()
