@@ -144,6 +144,8 @@ def test_replay_candidates_that_crash_hang_or_cheat_are_failures_not_crashes(
     odd = outcomes["skip odd shapes"]
     assert odd["outcome"] == "incorrect" and odd["params"]["UNROLL"] == 4
     assert "git" not in git(pytester.path, "branch", "--list", "kope/*")
+    # three files, budget five: the folder ran out, and the report says so in words
+    result.stdout.fnmatch_lines(["*kope scale: search stopped: the replay agent proposed nothing new*"])
 
 
 def test_broken_baseline_stops_that_operator_and_others_go_on(pytester: pytest.Pytester) -> None:

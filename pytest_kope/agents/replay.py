@@ -32,7 +32,7 @@ class Replay:
                 f"--kope-agent replay:{folder}: {path} is not a folder; give DIR with DIR/<operator>/ files"
             )
         self.folder = path
-        self.done: set[Path] = set()
+        self.proposed: set[Path] = set()
 
     def propose(self, ctx: Context, n: int) -> list[Candidate]:
         folder = self.folder / ctx.operator.name
@@ -43,11 +43,11 @@ class Replay:
         )
         out = []
         for path in files:
-            if path in self.done:
+            if path in self.proposed:
                 continue
             if len(out) >= n:
                 break
-            self.done.add(path)
+            self.proposed.add(path)
             out.append(self._candidate(path, ctx))
         return out
 
@@ -81,4 +81,4 @@ class Replay:
         pass
 
     def usage(self) -> dict[str, Any]:
-        return {"replayed": len(self.done)}
+        return {"replayed": len(self.proposed)}
