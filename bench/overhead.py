@@ -61,7 +61,17 @@ def plans(repo: Path, names: list[str] | None) -> list[Plan]:
     """One plan per operator of `repo`, as the optimize run makes them."""
     collect = Collect()
     pytest.main(
-        ["--collect-only", "-q", "-p", "no:cacheprovider", "--rootdir", str(repo), str(repo)], [collect]
+        [
+            "--collect-only",
+            "-q",
+            "--assert=plain",
+            "-p",
+            "no:cacheprovider",
+            "--rootdir",
+            str(repo),
+            str(repo),
+        ],
+        [collect],
     )
     by_op: dict[str, list[pytest.Item]] = {}
     for item in collect.items:
