@@ -40,6 +40,10 @@ class ConfigError(KopeError):
     """A command-line or ini option has a value that cannot work."""
 
 
+class MarkerError(ConfigError):
+    """A `pytest.mark.kope(...)` marker names no operator, no source, or a file or folder that is not there."""
+
+
 class ForgeError(KopeError):
     """The forge (GitHub, GitLab) refused a pull-request call for good: bad token, no permission, no such
     repository, or still failing after the retries. Reported for that operator; the run goes on."""

@@ -13,7 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from .errors import MarkerError
 from .operator import MARKER, base_nodeid, is_performance_test, operator_of
+from .session.border import border
 from .settings import BENCH, BUILT, SEED, bench_session
 
 if TYPE_CHECKING:
@@ -40,6 +42,14 @@ def _option(
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     g = parser.getgroup("kope", "kernel optimization (pytest-kope)")
+    _search_options(g, parser)
+    _output_options(g, parser)
+    _judge_options(g, parser)
+    _review_options(g, parser)
+
+
+def _search_options(g: Any, parser: pytest.Parser) -> None:
+    """What to optimize, with which agent, and how long."""
     g.addoption(
         "--kope-optimize",
         action="store_true",
@@ -85,6 +95,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     _option(g, parser, "kope-model", "model for the claude agent (default: $KOPE_MODEL or claude-sonnet-4-5)")
     _option(g, parser, "kope-max-tokens", "cap on LLM tokens (input+output) for the whole run", type=int)
+
+
+def _output_options(g: Any, parser: pytest.Parser) -> None:
+    """Where the experience, the winners and the report go."""
     _option(g, parser, "kope-db", "experience graph file (default <rootdir>/.kope/experience.db)")
     _option(g, parser, "kope-branch-prefix", "branch prefix for verified winners (default kope/)")
     g.addoption(
@@ -94,6 +108,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="do not commit winners to git branches (report only)",
     )
     _option(g, parser, "kope-report", "also write the run's JSON report to this path", ini_type=None)
+
+
+def _judge_options(g: Any, parser: pytest.Parser) -> None:
+    """How candidates are judged: seeds, gain, limits, isolation, workers, devices."""
     _option(
         g,
         parser,
@@ -151,6 +169,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     _option(
         g, parser, "kope-devices", "accelerator devices for performance judging, e.g. 0,1 (default: auto)"
     )
+
+
+def _review_options(g: Any, parser: pytest.Parser) -> None:
+    """Pushing winners and opening pull requests; which operators a CI run takes."""
     _option(
         g,
         parser,
@@ -220,7 +242,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[BUILT] = {}
     wanted = config.getoption("kope_optimize") or config.getoption("kope_check")
     if wanted and not hasattr(config, "workerinput"):
-        from .workflow import KopeSession
+        from .session.session import KopeSession
 
         config.pluginmanager.register(KopeSession(config), "kope-session")
 
@@ -230,9 +252,10 @@ def pytest_report_header(config: pytest.Config) -> str:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if is_performance_test(item) and operator_of(item) is not None:
-            item.add_marker(pytest.mark.kope_perf)
+    with border():
+        for item in items:
+            if is_performance_test(item) and operator_of(item) is not None:
+                item.add_marker(pytest.mark.kope_perf)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -269,11 +292,12 @@ def rng(request: pytest.FixtureRequest, kope_seed: int):
 @pytest.fixture
 def kope_operator(request: pytest.FixtureRequest) -> Operator:
     """The operator named by the module's `pytest.mark.kope(...)`."""
-    op = operator_of(request.node)
-    if op is None:
-        raise pytest.UsageError(
-            f'{request.node.nodeid} uses the kernel fixture but has no pytest.mark.kope("name", source="file")'
-        )
+    with border():
+        op = operator_of(request.node)
+        if op is None:
+            raise MarkerError(
+                f'{request.node.nodeid} uses the kernel fixture but has no pytest.mark.kope("name", source="file")'
+            )
     return op
 
 

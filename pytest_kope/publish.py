@@ -58,16 +58,16 @@ class Publisher:
         try:
             url = self.vcs.repo.remote(self.remote).url
         except ValueError:
-            raise pytest.UsageError(
+            raise ConfigError(
                 f"--kope-push {self.remote}: this repository has no remote {self.remote!r} "
                 f"(git remote -v lists them)"
             ) from None
         ini = {k: _option(self.config, k) for k in INI}
         try:
             self.settings = ForgeSettings.resolve(os.environ, ini, url)
-        except ConfigError as e:
+        except ConfigError:
             if self.pr:
-                raise pytest.UsageError(str(e)) from None
+                raise
             self.settings = None  # pushing needs no forge: git's own credentials, if any
         if self.settings is not None:
             self.env = self.settings.git_auth_env(url)

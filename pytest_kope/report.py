@@ -205,24 +205,6 @@ def install_closing_line(terminalreporter: Any, operators: list[dict[str, Any]])
     tr.build_summary_stats_line = build
 
 
-def write(
-    run_dir: Any, data: dict[str, Any], markdown: str, extra_json: str | None = None
-) -> tuple[Any, Any]:
-    """report.json (everything) and report.md (for people: report_md.markdown(data)) in the run's
-    folder, and the JSON also at `extra_json` (--kope-report) when given."""
-    import json
-    from pathlib import Path
-
-    run_dir = Path(run_dir)
-    js = run_dir / "report.json"
-    js.write_text(json.dumps(data, indent=1, default=str))
-    if extra_json:
-        Path(extra_json).write_text(json.dumps(data, indent=1, default=str))
-    md = run_dir / "report.md"
-    md.write_text(markdown)
-    return js, md
-
-
 def review_lines(operators: list[dict[str, Any]]) -> list[str]:
     """report.md's section on what reviewers get: pushes, pull requests, and each speedup plot."""
     lines: list[str] = []

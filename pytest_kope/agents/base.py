@@ -26,6 +26,9 @@ class OperatorInfo:
     space: TuningSpace  # declared by the committed source
     kernels: tuple[str, ...]  # declared kernel prototypes: the contract a candidate must keep
     tests: dict[str, str] = field(default_factory=dict)  # test file path -> source text
+    # the toolchain's own source screen (Toolchain.screen), for agents that check a draft before
+    # submitting it; None: no early check (the judge screens every candidate anyway)
+    screen: Callable[[Candidate], list[str]] | None = None
 
 
 @dataclass
