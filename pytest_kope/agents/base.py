@@ -43,7 +43,6 @@ class Context:
     budget_left: int  # evaluations left for this operator
     recall: Callable[..., Any]  # recall(state=..., budget=...) -> memory.recall.Recall
     seen: Callable[[str], bool]  # is a candidate hash already in the graph for this task?
-    tokens_left: int | None = None  # for LLM agents: the run's remaining token cap
 
 
 @runtime_checkable

@@ -13,8 +13,8 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from ..judge.outcome import Judged
-from .base import Context, OperatorInfo
+from ...judge.outcome import Judged
+from ..base import Context, OperatorInfo
 
 CHARS_PER_TOKEN = 4  # a conservative estimate for code and English; used for every size budget here
 SOURCE_CHARS = 40_000  # the committed kernel (and the incumbent, when it differs)
