@@ -230,6 +230,11 @@ def _lessons(graph: Graph, query: RecallQuery, params: dict[str, Any]) -> list[R
             )
         )
     scored.sort(key=lambda lesson: (-lesson.score, -lesson.id))
+    return _distinct(scored, query.max_items)
+
+
+def _distinct(scored: list[RecalledLesson], max_items: int) -> list[RecalledLesson]:
+    """The strongest lessons, one per (kind, key, family) and per text, at most `max_items`."""
     kept: list[RecalledLesson] = []
     seen_keys: set[tuple[str, str, str]] = set()
     seen_text: set[str] = set()
@@ -240,7 +245,7 @@ def _lessons(graph: Graph, query: RecallQuery, params: dict[str, Any]) -> list[R
         seen_keys.add(slot)
         seen_text.add(lesson.text)
         kept.append(lesson)
-        if len(kept) >= query.max_items:
+        if len(kept) >= max_items:
             break
     return kept
 
@@ -259,14 +264,7 @@ def _exemplars(
         f" ORDER BY {structure} * min(a.speedup, 100) DESC, a.id LIMIT {max(query.max_items, n) * 2}",
         params,
     )
-    seeds: list[dict[str, Any]] = []
-    seen_points: set[str] = set()
-    for r in best:
-        point = json.loads(r["params"]) if r["params"] else {}
-        key = json.dumps(point, sort_keys=True, default=str)
-        if point and key not in seen_points:
-            seen_points.add(key)
-            seeds.append(point)
+    seeds = _seeds(best)
     failing = f"a.outcome NOT IN ('{CORRECT[0]}', '{CORRECT[1]}', 'suspect')"
     q = fts_query(query.state)
     if q:  # failures whose messages read like the current state, on similar tasks
@@ -309,6 +307,19 @@ def _exemplars(
                 }
             out.append(ex)
     return out[: max(query.max_items, 1)], seeds
+
+
+def _seeds(best: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The distinct tuning points of the best attempts, best first: where a search may start."""
+    seeds: list[dict[str, Any]] = []
+    seen_points: set[str] = set()
+    for r in best:
+        point = json.loads(r["params"]) if r["params"] else {}
+        key = json.dumps(point, sort_keys=True, default=str)
+        if point and key not in seen_points:
+            seen_points.add(key)
+            seeds.append(point)
+    return seeds
 
 
 def _exemplar(kind: str, r: dict[str, Any]) -> dict[str, Any]:
