@@ -12,10 +12,10 @@ import pytest
 from .candidate import Candidate
 from .errors import MarkerError
 from .spec import KernelSpec, parse_spec
+from .toolchains import toolchain_for
 
 MARKER = "kope"
 _OURS = re.compile(r"-?kope-(?:[0-9a-f]{8}|seed\d+|candidate)\b")
-_TOOLCHAIN_BY_SUFFIX = {".c": "c", ".cc": "c", ".cpp": "c", ".cxx": "c", ".py": "triton"}
 
 
 @dataclass(frozen=True)
@@ -136,7 +136,7 @@ def operator_of(item: pytest.Item) -> Operator | None:
                 f"{item.nodeid}: kernel source {path} of operator {name!r} does not exist; fix source= in the marker"
             )
     path = files[0]  # the file candidates rewrite; the others are built with it, unchanged
-    toolchain = mark.kwargs.get("toolchain") or _TOOLCHAIN_BY_SUFFIX.get(path.suffix)
+    toolchain = mark.kwargs.get("toolchain") or toolchain_for(item.config, path)
     if toolchain is None:
         raise MarkerError(f"{item.nodeid}: cannot tell the toolchain of {path.name}; pass toolchain=...")
     rtol = mark.kwargs.get("rtol")

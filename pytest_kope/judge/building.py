@@ -10,29 +10,16 @@ from pathlib import Path
 import pytest
 
 from ..candidate import Candidate
-from ..errors import BuildError, KopeError, LibraryRejected, ToolchainMissing
+from ..errors import BuildError, KopeError, LibraryRejected
 from ..operator import Operator
 from ..paths import kope_dir
 from ..spec import KernelSpec, parse_spec
+from ..toolchains import toolchain_of
 from ..toolchains.base import Kernel, Toolchain
 
-_TOOLCHAINS = pytest.StashKey[dict]()
 # candidate hash -> (outcome kind, message) of a failed build, for the judging child's typed events
 FAILED_BUILDS: dict[str, tuple[str, str]] = {}
 BUILD_SECONDS: list[float] = []  # wall time of each build (or cache load) in this process, for the bench
-
-
-def toolchain_of(config: pytest.Config, name: str) -> Toolchain:
-    made = config.stash.setdefault(_TOOLCHAINS, {})
-    if name not in made:
-        tc = config.hook.pytest_kope_make_toolchain(name=name, config=config)
-        if tc is None:
-            known = sorted(
-                {n for names in config.hook.pytest_kope_toolchain_names(config=config) for n in names}
-            )
-            raise ToolchainMissing(f"no toolchain named {name!r} (known: {', '.join(known)})")
-        made[name] = tc
-    return made[name]
 
 
 def interface_of(op: Operator, candidate: Candidate) -> KernelSpec:

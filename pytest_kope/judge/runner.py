@@ -53,6 +53,7 @@ class Plan:
     fork_server: bool = True  # judge in children forked from warm servers, built once (launch.py)
     min_gain: float = 0.05  # the gain a paired timing must decide (`--kope-min-gain`)
     sequential: bool = True  # paired rounds stop once the 95% bound decides (else they run to the cap)
+    device_env_var: str | None = None  # the toolchain's variable that pins a child to one device
 
 
 class Judge:

@@ -34,19 +34,8 @@ KEEP = (
     "OMP_NUM_THREADS",
     "OPENBLAS_CORETYPE",
     "OPENBLAS_L2_SIZE",
-    "TRITON_INTERPRET",
-    "CUDA_VISIBLE_DEVICES",
-    "ASCEND_RT_VISIBLE_DEVICES",
-    "ASCEND_HOME_PATH",
-    "ASCEND_TOOLKIT_HOME",  # CANN's set_env.sh: the toolkit, its operator and AI CPU paths
-    "ASCEND_OPP_PATH",
-    "ASCEND_AICPU_PATH",
-    "SOC_VERSION",  # the chip an Ascend C kernel is built for, from the CI job's env
-    "KOPE_ASCEND_TARGET",
     "LD_LIBRARY_PATH",
-    "TORCH_DEVICE_BACKEND_AUTOLOAD",
-    "KOPE_C_SCREEN_BINARY",
-)
+)  # what a toolchain's children need besides: its `passes_env`, through Toolchain.environment()
 
 
 @dataclass(frozen=True)

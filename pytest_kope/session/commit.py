@@ -34,9 +34,11 @@ def conclude(s: KopeSession, loop: OperatorLoop, p: Progress, seconds: float) ->
         verified, note = verify(loop.judge, p.baseline, p.incumbent, s.settings.min_gain)
         s.clock.verifies.append(time.monotonic() - started)
         if verified is not None and s.vcs is not None:
-            # never losing a commit; pushes and opens the pull request where asked (publish.py)
+            # the toolchain writes the winning values in as the defaults, so the committed file builds
+            # the winner; publish.py commits it (never losing a commit), pushes, opens the pull request
+            baked = loop.tc.bake(verified.candidate.source, verified.candidate.params)
             branch, commit, note = s.publisher.commit(
-                op, verified, p.baseline, p.history, loop.hw, loop.plan.files
+                op, verified, p.baseline, p.history, loop.hw, loop.plan.files, baked
             )
         elif verified is not None:
             note = f"verified, not committed: {s.no_commit_why}"

@@ -58,27 +58,23 @@ def plan_for(s: KopeSession, run: OperatorRun) -> tuple[Plan, Toolchain]:
         correctness,
         performance,
         dict(tc.environment()),
-        sandbox.Limits(wall_s=s.settings.timeout, device=bool(_count_devices(tc))),
+        sandbox.Limits(wall_s=s.settings.timeout, device=bool(tc.count_devices())),
         s.settings.seeds,
         s.settings.jobs,
         s.run_dir / op.name,
-        devices if devices is not None else tuple(range(_count_devices(tc))),
+        devices if devices is not None else tuple(range(tc.count_devices())),
         tuple(s.config.getini("kope_plugins")),
         _ceilings(s, tc),
         fork_server=s.settings.fork_server,
         min_gain=s.settings.min_gain,
+        device_env_var=tc.device_env_var,
     )
     return plan, tc
 
 
-def _count_devices(tc: Toolchain) -> int:
-    count: Callable[[], int] = getattr(tc, "count_devices", lambda: 0)
-    return count()
-
-
 def _ceilings(s: KopeSession, tc: Toolchain) -> dict[str, Any] | None:
     """This machine's measured memory and FMA ceilings, for kernels timed on the host CPU."""
-    if not getattr(tc, "timed_on_host", False):
+    if not tc.timed_on_host:
         return None
     from ..judge.physics import PhysicsProbeFailed, ceilings_for
 

@@ -21,7 +21,7 @@ from ..candidate import Candidate
 from ..errors import BuildError, LibraryRejected, SpecError
 from ..hardware import cpu_fingerprint
 from ..spec import FLAGS, KernelSpec
-from .base import IN, INOUT, OUT, SCALAR, Arg, Availability, Kernel, KernelFunction, Timer
+from .base import IN, INOUT, OUT, SCALAR, Arg, Availability, Kernel, KernelFunction, Timer, ToolchainBase
 from .screening import (  # noqa: F401 - FORBIDDEN_CALLS and strip_c_comments are re-exported
     BINARY_SCREEN_ENV,
     FORBIDDEN_CALLS,
@@ -78,9 +78,10 @@ def parse_prototype(proto: str) -> tuple[str, tuple[Arg, ...], list[str]]:
     return name, tuple(args), dtypes
 
 
-class CToolchain:
+class CToolchain(ToolchainBase):
     name = "c"
     extensions = (".c", ".cc", ".cpp", ".cxx")
+    passes_env = ("CC", "CXX", BINARY_SCREEN_ENV)
     timed_on_host = True  # its timings are bound by this machine's measured memory and FMA ceilings
 
     def __init__(self, cc: str | None = None, cxx: str | None = None, allow_symbols: Iterable[str] = ()):
@@ -178,7 +179,7 @@ class CToolchain:
 
     def environment(self) -> Mapping[str, str]:
         # OpenMP workers that spin make timings swing several-fold on a loaded small machine.
-        return {"OMP_WAIT_POLICY": "passive"}
+        return {**self.passed_env(), "OMP_WAIT_POLICY": "passive"}
 
     def _compile(
         self, candidate: Candidate, build_dir: Path, spec: KernelSpec | None = None

@@ -23,23 +23,27 @@ from typing import Any
 
 from .base import Timer
 
-# The environment variable that restricts a process to some devices, per toolchain.
-VISIBLE_DEVICES = {
-    "triton": "CUDA_VISIBLE_DEVICES",
-    "triton-ascend": "ASCEND_RT_VISIBLE_DEVICES",
-    "ascendc": "ASCEND_RT_VISIBLE_DEVICES",
-}
+# CANN's environment (its set_env.sh), which the Ascend toolchains' judging children need.
+CANN_ENV = (
+    "ASCEND_HOME_PATH",
+    "ASCEND_TOOLKIT_HOME",  # the toolkit, its operator and AI CPU paths
+    "ASCEND_OPP_PATH",
+    "ASCEND_AICPU_PATH",
+    "SOC_VERSION",  # the chip an Ascend C kernel is built for, from the CI job's env
+    "KOPE_ASCEND_TARGET",
+    "TORCH_DEVICE_BACKEND_AUTOLOAD",
+)
 
 
 def visible_devices_env(
-    toolchain_name: str, index: int, environ: Mapping[str, str] | None = None
+    var: str | None, index: int, environ: Mapping[str, str] | None = None
 ) -> dict[str, str]:
-    """Environment that pins a judging child to device `index` of this toolchain (empty for CPU ones).
+    """Environment that pins a judging child to device `index` through the toolchain's `device_env_var`
+    (empty for a CPU toolchain, whose `var` is None).
 
     `index` counts the devices this process sees: when the parent already has
     ``CUDA_VISIBLE_DEVICES=2,3``, index 1 gives ``CUDA_VISIBLE_DEVICES=3``.
     """
-    var = VISIBLE_DEVICES.get(toolchain_name)
     if var is None:
         return {}
     if index < 0:

@@ -30,19 +30,20 @@ from ..errors import ToolchainMissing
 from ..hardware import cpu_fingerprint
 from ..spec import KernelSpec
 from . import devices, pylaunch
-from .base import Availability, Kernel, KernelFunction, Timer
+from .base import Availability, Kernel, KernelFunction, Timer, ToolchainBase
 
 EXTRA_HINT = "pip install 'pytest-kope[triton]' (CPU-only machine: pip install torch==2.13.0 first)"
 INTERPRETER_WHY = "Triton on CPU runs in the interpreter; its time means nothing"
 
 
-class TritonToolchain:
+class TritonToolchain(ToolchainBase):
     """Community Triton: real launches on CUDA, correctness-only through the interpreter elsewhere."""
 
     name = "triton"
     extensions: tuple[str, ...] = (".py",)
     extra = "triton"
     device_env_var = "CUDA_VISIBLE_DEVICES"
+    passes_env = ("TRITON_INTERPRET", "TORCH_DEVICE_BACKEND_AUTOLOAD")
 
     # -- where it runs ---------------------------------------------------------------------------
     def _missing(self) -> str | None:
@@ -80,6 +81,10 @@ class TritonToolchain:
             True, f"interpreter (TRITON_INTERPRET=1; correctness only, no timing): {found['why']}"
         )
 
+    def bake(self, text: str, params: Mapping[str, Any]) -> str:
+        """Python kernels carry the winning values also as module-level literals (pylaunch.bake)."""
+        return pylaunch.bake(text, params)
+
     def count_devices(self) -> int:
         return int(self._devices().get("count", 0)) if self.mode() == "cuda" else 0
 
@@ -101,7 +106,8 @@ class TritonToolchain:
         return fp
 
     def environment(self) -> Mapping[str, str]:
-        return {"TRITON_INTERPRET": "1"} if self.mode() == "interpreter" else {}
+        mine = {"TRITON_INTERPRET": "1"} if self.mode() == "interpreter" else {}
+        return {**self.passed_env(), **mine}
 
     def prepare_process(self) -> str:
         """Set this process's environment for the mode (e.g. ``TRITON_INTERPRET=1``); return the mode.

@@ -61,6 +61,7 @@ class TritonAscendToolchain(TritonToolchain):
     name = "triton-ascend"
     extra = "ascend"
     device_env_var = "ASCEND_RT_VISIBLE_DEVICES"
+    passes_env = ("TRITON_INTERPRET", *devices.CANN_ENV)
 
     def _missing(self) -> str | None:
         missing = [m for m in ("triton", "torch") if not devices.importable(m)]
@@ -134,8 +135,8 @@ class TritonAscendToolchain(TritonToolchain):
 
     def environment(self) -> Mapping[str, str]:
         if self.mode() == "npu":
-            return {}
-        return {"TRITON_INTERPRET": "1", "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
+            return self.passed_env()
+        return {**self.passed_env(), "TRITON_INTERPRET": "1", "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
 
     def build(self, candidate, spec, build_dir):  # type: ignore[no-untyped-def]
         mode = self.mode()
