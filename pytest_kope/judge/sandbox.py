@@ -15,7 +15,7 @@ import subprocess
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ConfigError
@@ -57,7 +57,6 @@ class Finished:
     timed_out: bool
     wall_s: float
     output: str  # stdout+stderr tail
-    isolation: list[str] = field(default_factory=list)
 
     @property
     def signal(self) -> int | None:

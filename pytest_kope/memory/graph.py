@@ -209,7 +209,6 @@ class Graph:
                 "speedup": judged.speedup,
                 "seconds": judged.seconds,
                 "tests_passed": _json(judged.tests_passed),
-                "extra": _json(judged.extra),
                 "distilled": 0,
                 "created": now(),
             }
@@ -278,7 +277,6 @@ class Graph:
             speedup=row["speedup"],
             seconds=row["seconds"] or 0.0,
             notes=[o["text"] for o in obs if o["kind"] == "note"],
-            extra=row["extra"],
         )
 
     def observations(self, attempt_id: int) -> list[dict[str, Any]]:

@@ -28,7 +28,7 @@ def new_id(table: Table) -> int:
 
 def expand_attempt(row: dict[str, Any]) -> dict[str, Any]:
     """An attempts row with its JSON columns decoded."""
-    for name, empty in (("params", {}), ("tests_passed", []), ("extra", {})):
+    for name, empty in (("params", {}), ("tests_passed", [])):
         if name in row:
             row[name] = json.loads(row[name]) if row[name] else empty
     return row

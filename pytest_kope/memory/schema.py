@@ -30,7 +30,6 @@ from sqlite_utils.migrations import Migrations
 migrations = Migrations("pytest_kope")
 
 EDGE_RELATIONS = ("derived_from", "evaluated_on", "observed", "learned_from", "about", "used_in_context")
-OBSERVATION_KINDS = ("build_log", "test_failure", "timing", "crash", "screen", "note")
 
 
 def open_database(path: Path | str) -> Database:

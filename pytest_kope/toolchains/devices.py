@@ -16,7 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -184,24 +184,20 @@ def npu_devices() -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class DeviceTimer(Timer):
-    """A `Timer` on a device's own timeline, with `flush` to evict the L2 cache between timed calls.
+    """A `Timer` on a device's own timeline.
 
     `clock()` records an event, waits for it and returns its time (seconds) since a reference event,
     so the difference of two readings is device time, like ``triton.testing.do_bench``.
     """
 
-    flush: Callable[[], None] = lambda: None
     device: str = ""
 
 
-def event_timer(backend: Any, device: str, flush_bytes: int = 256 << 20) -> DeviceTimer:
+def event_timer(backend: Any, device: str) -> DeviceTimer:
     """A DeviceTimer for ``torch.cuda`` or ``torch.npu`` (`backend`); call in the process that times."""
-    import torch
-
     ref = backend.Event(enable_timing=True)
     ref.record()
     ref.synchronize()
-    cache: list[Any] = []
 
     def clock() -> float:
         ev = backend.Event(enable_timing=True)
@@ -209,9 +205,4 @@ def event_timer(backend: Any, device: str, flush_bytes: int = 256 << 20) -> Devi
         ev.synchronize()
         return float(ref.elapsed_time(ev)) / 1e3
 
-    def flush() -> None:
-        if not cache:
-            cache.append(torch.empty(flush_bytes // 4, dtype=torch.int32, device=device))
-        cache[0].zero_()
-
-    return DeviceTimer(clock=clock, sync=backend.synchronize, can_time=True, flush=flush, device=device)
+    return DeviceTimer(clock=clock, sync=backend.synchronize, can_time=True, device=device)

@@ -8,7 +8,7 @@ module's top-level ``BLOCK = ...`` literal).
 Modes, decided once per process without touching a device in it:
 
 * ``cuda``: a GPU answered in a child probe. Launches are real; the timer reads CUDA events
-  (`devices.DeviceTimer`, with an L2 flush the judge may call between timed calls).
+  (`devices.DeviceTimer`).
 * ``interpreter``: no GPU, or ``TRITON_INTERPRET=1`` already set. The build sets
   ``TRITON_INTERPRET=1`` in this process before the source is imported (``triton.jit`` reads it
   when a kernel is decorated) and `environment()` hands it to judging children. Results are exact
