@@ -13,11 +13,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..candidate import Candidate
+from ..hardware import fingerprint_id
 from ..judge.outcome import Judged, Outcome, Timing
 from .observe import observations_of, token_counts
 from .rows import CORRECT, expand_attempt, new_id, now, writing  # noqa: F401 - CORRECT, now re-exported
 from .schema import EDGE_RELATIONS, open_database
-from .scope import hardware_key, hardware_row
+from .scope import hardware_row
 
 if TYPE_CHECKING:
     from .recall import Recall, RecallQuery
@@ -160,7 +161,7 @@ class Graph:
 
     def ceilings(self, hardware: Mapping[str, Any]) -> dict[str, Any] | None:
         """The stored physics ceilings of this hardware (Ceilings.to_json()), or None."""
-        row = self.one("SELECT data FROM ceilings WHERE hardware_id = ?", (hardware_key(hardware),))
+        row = self.one("SELECT data FROM ceilings WHERE hardware_id = ?", (fingerprint_id(hardware),))
         return json.loads(row["data"]) if row else None
 
     def save_ceilings(self, hardware: Mapping[str, Any], data: Mapping[str, Any]) -> None:

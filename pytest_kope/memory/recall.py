@@ -19,10 +19,10 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..hardware import fingerprint_id
 from .lessons import marks_losing
 from .rows import CORRECT
 from .scope import (
-    hardware_key,
     hardware_label,
     hardware_relation,
     hardware_row,
@@ -39,8 +39,11 @@ LESSON_SHARE = 0.6  # of a token budget, what lessons may take; exemplars get th
 _STOP = {"the", "and", "with", "for", "yet", "not", "but", "from", "this", "that", "was", "has"}
 
 
+CHARS_PER_TOKEN = 4  # a conservative estimate for code and English: every token budget counts with it
+
+
 def tokens(text: str) -> int:
-    return len(text) // 4
+    return len(text) // CHARS_PER_TOKEN
 
 
 @dataclass
@@ -150,7 +153,7 @@ def fts_query(state: str) -> str:
 
 
 def recall(graph: Graph, query: RecallQuery) -> Recall:
-    hw_id = hardware_key(query.hardware)
+    hw_id = fingerprint_id(query.hardware)
     arch = hardware_row(query.hardware)["arch"]
     params = {
         "operator": query.operator,

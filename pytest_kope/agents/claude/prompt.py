@@ -14,9 +14,9 @@ from collections.abc import Iterable
 from typing import Any
 
 from ...judge.outcome import Judged
+from ...memory.recall import CHARS_PER_TOKEN  # noqa: F401  (one rule for every size budget)
 from ..base import Context, OperatorInfo
 
-CHARS_PER_TOKEN = 4  # a conservative estimate for code and English; used for every size budget here
 SOURCE_CHARS = 40_000  # the committed kernel (and the incumbent, when it differs)
 TESTS_CHARS = 24_000  # all test sources together
 FAILURE_CHARS = 400  # one assertion message
