@@ -20,6 +20,11 @@ class BuildError(KopeError):
         super().__init__(f"build of {source} failed:\n{log.rstrip()}")
 
 
+class BuildFailed(KopeError):
+    """A test's kernel could not be built or loaded (the message names the operator, the file and why);
+    every test of that candidate fails with it."""
+
+
 class LibraryRejected(BuildError):
     """A candidate built, but the built library does something no kernel may (screened after the build)."""
 

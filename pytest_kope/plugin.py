@@ -15,7 +15,7 @@ import pytest
 
 from .errors import MarkerError
 from .operator import MARKER, base_nodeid, is_performance_test, operator_of
-from .session.border import border
+from .session.border import border, failing
 from .settings import BENCH, BUILT, SEED, bench_session
 
 if TYPE_CHECKING:
@@ -315,7 +315,8 @@ def kernel(
     from .judge.building import build_cached
     from .judge.guards import GuardedKernel
 
-    return GuardedKernel(build_cached(request.config, kope_operator, kope_candidate))
+    with failing():
+        return GuardedKernel(build_cached(request.config, kope_operator, kope_candidate))
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from ..candidate import Candidate
-from ..errors import BuildError, KopeError, LibraryRejected
+from ..errors import BuildError, BuildFailed, KopeError, LibraryRejected
 from ..operator import Operator
 from ..paths import kope_dir
 from ..spec import KernelSpec, parse_spec
@@ -59,14 +59,15 @@ def build_dir_for(config: pytest.Config, tc: Toolchain, candidate: Candidate, in
 
 
 def build_cached(config: pytest.Config, op: Operator, candidate: Candidate) -> Kernel:
-    """Build once per process; a failure becomes a test error naming the operator and the file."""
+    """Build once per process; a failure raises BuildFailed naming the operator and the file (the
+    `kernel` fixture's border makes it the test's failure)."""
     from ..settings import BUILT
 
     built = config.stash[BUILT]
     if candidate.hash in built:
         kernel = built[candidate.hash]
         if isinstance(kernel, Exception):
-            pytest.fail(str(kernel), pytrace=False)
+            raise BuildFailed(str(kernel))
         return kernel
     started = time.monotonic()
     try:
@@ -80,7 +81,7 @@ def build_cached(config: pytest.Config, op: Operator, candidate: Candidate) -> K
         kind, message = build_failure(op, candidate, e)
         FAILED_BUILDS[candidate.hash] = (kind, message)
         built[candidate.hash] = KopeError(message)
-        pytest.fail(message, pytrace=False)
+        raise BuildFailed(message) from None
     finally:
         BUILD_SECONDS.append(time.monotonic() - started)
     built[candidate.hash] = kernel

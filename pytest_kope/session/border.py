@@ -2,7 +2,8 @@
 
 Core modules raise domain errors (errors.py) named for the condition; the hooks and fixtures that
 pytest calls wrap their work in `border()`, which turns them into `pytest.UsageError` with the same
-message. This module imports nothing else of the session, so a plain run pays nothing for it.
+message, or, around a test's own kernel, in `failing()`, which fails that test. This module imports
+nothing else of the session, so a plain run pays nothing for it.
 """
 
 from __future__ import annotations
@@ -22,3 +23,12 @@ def border() -> Iterator[None]:
         yield
     except KopeError as e:
         raise pytest.UsageError(str(e)) from None
+
+
+@contextmanager
+def failing() -> Iterator[None]:
+    """Run a test's fixture work; a `KopeError` fails that test with its message (no traceback)."""
+    try:
+        yield
+    except KopeError as e:
+        pytest.fail(str(e), pytrace=False)
