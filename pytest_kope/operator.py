@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -149,7 +150,7 @@ def operator_of(item: pytest.Item) -> Operator | None:
 
 
 def _own_build(
-    item: pytest.Item, where: Path, source: Path, kwargs: dict[str, Any]
+    item: pytest.Item, where: Path, source: Path, kwargs: Mapping[str, Any]
 ) -> tuple[str, Path, str] | None:
     """`build="cmake ...", library="build/libop.so", root="."`: the repo builds the kernel itself."""
     command, library = kwargs.get("build"), kwargs.get("library")

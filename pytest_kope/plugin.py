@@ -259,7 +259,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
     """A failing operator test says which operator and which kernel file it judged."""
     report = yield
     if report.failed and hasattr(report.longrepr, "addsection"):
@@ -282,7 +282,7 @@ def kope_seed(request: pytest.FixtureRequest) -> int:
 
 
 @pytest.fixture
-def rng(request: pytest.FixtureRequest, kope_seed: int):
+def rng(request: pytest.FixtureRequest, kope_seed: int) -> Any:
     """A numpy Generator, fresh every run (the seed is in the header), distinct for every test."""
     import numpy as np
 
@@ -323,7 +323,7 @@ def kernel(
 def kope_bench(request: pytest.FixtureRequest, kernel: GuardedKernel) -> Bench:
     """Time a kernel call: `kope_bench(kernel.softmax, x, y, rows, cols)`; marks the test as a performance test."""
     from .judge.bench import Bench
-    from .judge.building import toolchain_of
+    from .toolchains import toolchain_of
 
     timer = toolchain_of(request.config, kernel.kernel.candidate.toolchain).timer()
     return Bench(request.node.nodeid, timer, bench_session(request.config), pytest.skip)

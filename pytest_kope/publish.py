@@ -246,7 +246,7 @@ class Publisher:
         )
 
     def _build_line(self, op: Any, verified: Any) -> str:
-        from .judge.building import toolchain_of
+        from .toolchains import toolchain_of
 
         tc = toolchain_of(self.config, op.toolchain)
         command = getattr(tc, "command", None)

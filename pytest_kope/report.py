@@ -12,7 +12,10 @@ def report_schema() -> dict[str, Any]:
     import json
     from importlib.resources import files
 
-    return json.loads(files("pytest_kope").joinpath("schemas/report.schema.json").read_text())
+    schema: dict[str, Any] = json.loads(
+        files("pytest_kope").joinpath("schemas/report.schema.json").read_text()
+    )
+    return schema
 
 
 def seconds(s: float | None) -> str:

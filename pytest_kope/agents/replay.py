@@ -41,7 +41,7 @@ class Replay:
             if folder.is_dir()
             else []
         )
-        out = []
+        out: list[Candidate] = []
         for path in files:
             if path in self.done:
                 continue

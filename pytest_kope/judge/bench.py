@@ -50,7 +50,7 @@ class BenchSession:
 
 
 class Bench:
-    def __init__(self, nodeid: str, timer: Timer, session: BenchSession, skip):
+    def __init__(self, nodeid: str, timer: Timer, session: BenchSession, skip: Callable[[str], Any]):
         self.nodeid, self.timer, self.session, self._skip = nodeid, timer, session, skip
 
     def __call__(self, function: Any, *args: Any) -> Any:

@@ -6,6 +6,7 @@ import os
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -68,7 +69,7 @@ def build_cached(config: pytest.Config, op: Operator, candidate: Candidate) -> K
         kernel = built[candidate.hash]
         if isinstance(kernel, Exception):
             raise BuildFailed(str(kernel))
-        return kernel
+        return cast(Kernel, kernel)
     started = time.monotonic()
     try:
         tc = toolchain_of(config, candidate.toolchain)

@@ -79,7 +79,11 @@ class Child:
             event="collected",
             t=time.monotonic(),
             items=[
-                {"id": i.nodeid, "test": base_nodeid(i.nodeid), "fresh": "kope_seed" in i.fixturenames}
+                {
+                    "id": i.nodeid,
+                    "test": base_nodeid(i.nodeid),
+                    "fresh": "kope_seed" in getattr(i, "fixturenames", ()),
+                }
                 for i in keep
             ],
         )
@@ -109,7 +113,7 @@ class Child:
             self.recorder.test = base_nodeid(nodeid)
 
     @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo) -> Any:
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
         report = yield
         if call.excinfo is not None:
             self.kinds[item.nodeid] = call.excinfo.typename

@@ -16,6 +16,7 @@ import queue
 import random
 import shutil
 import tempfile
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,7 +58,7 @@ class Plan:
 
 
 class Judge:
-    def __init__(self, plan: Plan, screen):
+    def __init__(self, plan: Plan, screen: Callable[[Candidate], list[str]]):
         self.plan = plan
         self.screen = screen  # toolchain.screen
         self.free_devices: queue.Queue[int | None] = queue.Queue()

@@ -188,7 +188,7 @@ def jail_command(
 class Started:
     """A sandboxed process on its way: what `wait` and `kill` need."""
 
-    proc: subprocess.Popen
+    proc: subprocess.Popen[bytes]
     cgroup: Path | None
     jailed: bool
     log: Path

@@ -141,7 +141,8 @@ class ForkServer:
                 raise ServerDied(f"the fork server ended ({code})")
             self.buffer += chunk
         line, _, self.buffer = self.buffer.partition(b"\n")
-        return json.loads(line)
+        reply: dict[str, Any] = json.loads(line)
+        return reply
 
     def _exit_status(self) -> str:
         try:
@@ -169,7 +170,7 @@ class ForkServer:
             self.started = None
 
     def close(self) -> None:
-        if self.alive:
+        if self.alive and self.started is not None:
             try:
                 os.write(self.requests, b'{"op": "stop"}\n')
                 self.started.proc.wait(timeout=5)

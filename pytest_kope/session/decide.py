@@ -17,6 +17,8 @@ from ..judge.stats import PairedRatio
 
 def beats(j: Judged, min_gain: float) -> bool:
     """Whether a timed candidate's paired ratio beats its reference by more than `min_gain`."""
+    if j.ratio is None or j.ratio_low is None:
+        return False
     return PairedRatio(j.ratio, j.ratio_low, j.ratio_low, len(j.timings)).beats(min_gain)
 
 
@@ -24,7 +26,7 @@ def decide(j: Judged, incumbent: Judged, min_gain: float) -> bool:
     """Set a timed candidate's speedup, and crown it BETTER when it beats the incumbent beyond noise."""
     if j.outcome == Outcome.SUSPECT or not j.timings:
         return False
-    j.speedup = (incumbent.speedup or 1.0) * j.ratio
+    j.speedup = (incumbent.speedup or 1.0) * (j.ratio or 1.0)
     if beats(j, min_gain):
         j.outcome = Outcome.BETTER
         return True

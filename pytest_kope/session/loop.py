@@ -19,13 +19,13 @@ from ..agents.tuner import Tuner
 from ..candidate import Candidate
 from ..errors import BaselineBroken, KopeError, SpecError
 from ..judge import sandbox
-from ..judge.building import toolchain_of
 from ..judge.outcome import Judged, Outcome
 from ..judge.runner import Judge, Plan
 from ..operator import is_performance_test
 from ..settings import SEED
 from ..spec import parse_spec
 from ..stopping import Slot, Stop, StopRule, stopped
+from ..toolchains import toolchain_of
 from ..toolchains.base import Toolchain
 from .commit import conclude
 from .decide import judge_batch

@@ -23,11 +23,11 @@ from ..agents.tuner import Tuner
 from ..errors import ConfigError, KopeError
 from ..hardware import label
 from ..judge import sandbox
-from ..judge.building import toolchain_of
 from ..operator import Operator, operator_of
 from ..paths import ensure_kope_dir, kope_home
 from ..settings import Settings
 from ..stopping import RunClock, Slot, Stop, stopped
+from ..toolchains import toolchain_of
 from .border import border
 from .loop import OperatorLoop
 

@@ -245,14 +245,16 @@ class CToolchain(ToolchainBase):
         return Kernel(candidate, functions, build_log=log, extra={"library": str(lib_path), "ffi": ffi})
 
 
-def _numpy_caller(ffi: Any, fn: Any, name: str, args: tuple[Arg, ...], dtypes: list[str]):
+def _numpy_caller(
+    ffi: Any, fn: Any, name: str, args: tuple[Arg, ...], dtypes: list[str]
+) -> Callable[..., Any]:
     """Wrap a cffi function so it takes numpy arrays for pointers, checking dtype and contiguity."""
     import numpy as np
 
     pointer_dtypes = iter(dtypes)
     plan = [(a, next(pointer_dtypes) if a.role != SCALAR else None) for a in args]
 
-    def call(*values):
+    def call(*values: Any) -> Any:
         if len(values) != len(plan):
             raise TypeError(f"{name}() takes {len(plan)} arguments ({len(values)} given)")
         converted = []

@@ -43,7 +43,7 @@ class TritonToolchain(ToolchainBase):
     extensions: tuple[str, ...] = (".py",)
     extra = "triton"
     device_env_var = "CUDA_VISIBLE_DEVICES"
-    passes_env = ("TRITON_INTERPRET", "TORCH_DEVICE_BACKEND_AUTOLOAD")
+    passes_env: tuple[str, ...] = ("TRITON_INTERPRET", "TORCH_DEVICE_BACKEND_AUTOLOAD")
 
     # -- where it runs ---------------------------------------------------------------------------
     def _missing(self) -> str | None:

@@ -61,7 +61,7 @@ class TritonAscendToolchain(TritonToolchain):
     name = "triton-ascend"
     extra = "ascend"
     device_env_var = "ASCEND_RT_VISIBLE_DEVICES"
-    passes_env = ("TRITON_INTERPRET", *devices.CANN_ENV)
+    passes_env: tuple[str, ...] = ("TRITON_INTERPRET", *devices.CANN_ENV)
 
     def _missing(self) -> str | None:
         missing = [m for m in ("triton", "torch") if not devices.importable(m)]

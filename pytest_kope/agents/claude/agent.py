@@ -27,6 +27,7 @@ from typing import Any, cast
 from ...candidate import Candidate
 from ...errors import ConfigError
 from ...judge.outcome import Judged
+from ...memory.recall import CHARS_PER_TOKEN
 from ..base import Context
 from . import prompt
 from .tools import _chars, _msg, _needs, _param, compile_check, submit
@@ -227,7 +228,7 @@ class ClaudeAgent:
     def _output_room(self, op: str, messages: list[dict[str, Any]]) -> int | None:
         """The output tokens this call may ask for under the run's token cap; None (the agent stops,
         a fault noted) when what is left would not cover the prompt and a useful reply."""
-        est = max(self._round_input, _chars(messages) // prompt.CHARS_PER_TOKEN)
+        est = max(self._round_input, _chars(messages) // CHARS_PER_TOKEN)
         if self.max_tokens_run is None:
             return self.max_output_tokens
         left = self.max_tokens_run - self._total()
@@ -306,7 +307,7 @@ class ClaudeAgent:
         except Exception as e:  # the graph is advice: a failing recall costs the advice, not the round
             self._fault(ctx.operator.name, f"recall failed: {type(e).__name__}: {e}")
             return "(experience unavailable)"
-        text = prompt.clip(text, budget * prompt.CHARS_PER_TOKEN)
+        text = prompt.clip(text, budget * CHARS_PER_TOKEN)
         if not text.strip():
             return "(nothing relevant recorded yet)"
         # lessons and attempts recorded from earlier candidates quote their failures and build logs
@@ -350,6 +351,6 @@ class ClaudeAgent:
 def _token_cap(given: int | str | None) -> int | None:
     """--kope-max-tokens (an ini value arrives as a string); None: no cap."""
     try:
-        return None if given in (None, "") else int(given)  # type: ignore[arg-type]
+        return None if given is None or given == "" else int(given)
     except (TypeError, ValueError):
         raise ConfigError(f"--kope-max-tokens needs a whole number of tokens, got {given!r}") from None

@@ -14,7 +14,6 @@ from collections.abc import Iterable
 from typing import Any
 
 from ...judge.outcome import Judged
-from ...memory.recall import CHARS_PER_TOKEN  # noqa: F401  (one rule for every size budget)
 from ..base import Context, OperatorInfo
 
 SOURCE_CHARS = 40_000  # the committed kernel (and the incumbent, when it differs)
