@@ -21,6 +21,8 @@ _OURS = re.compile(r"-?kope-(?:[0-9a-f]{8}|seed\d+|candidate)\b")
 
 @dataclass(frozen=True)
 class Operator:
+    """One kernel to optimize: its name, source file(s), toolchain and family."""
+
     name: str
     source: Path  # absolute path of the committed kernel source
     toolchain: str
@@ -195,4 +197,5 @@ def base_nodeid(nodeid: str) -> str:
 
 
 def is_performance_test(item: pytest.Item) -> bool:
+    """Whether a test times its kernel (it uses the `kope_bench` fixture)."""
     return "kope_bench" in getattr(item, "fixturenames", ())

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    """Add pytest-kope's hookspecs."""
     from . import hookspecs
 
     pluginmanager.add_hookspecs(hookspecs)
@@ -41,6 +42,7 @@ def _option(
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
+    """The --kope-* options and kope_* ini values."""
     g = parser.getgroup("kope", "kernel optimization (pytest-kope)")
     _search_options(g, parser)
     _output_options(g, parser)
@@ -227,6 +229,7 @@ class _Toggle(argparse.Action):
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    """Markers, the built-in toolchains and agents, the seed; the session under --kope-optimize."""
     config.addinivalue_line(
         "markers",
         f"{MARKER}(name, source, family=None, toolchain=None, rtol=None): the operator this module's tests judge and its "
@@ -248,10 +251,12 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_report_header(config: pytest.Config) -> str:
+    """The run's seed, and how to replay it."""
     return f"kope: rng seed {config.stash[SEED]} (replay with --kope-seed {config.stash[SEED]})"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark the performance tests of kope operators `kope_perf`."""
     with border():
         for item in items:
             if is_performance_test(item) and operator_of(item) is not None:
@@ -330,6 +335,7 @@ def kope_bench(request: pytest.FixtureRequest, kernel: GuardedKernel) -> Bench:
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    """The kernel timings of a plain run."""
     session = config.stash.get(BENCH, None)
     if session is None or not session.plain:
         return
@@ -340,4 +346,5 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
+    """OpenMP workers wait passively, so timings hold steady on a loaded machine."""
     os.environ.setdefault("OMP_WAIT_POLICY", "passive")

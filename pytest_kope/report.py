@@ -19,6 +19,7 @@ def report_schema() -> dict[str, Any]:
 
 
 def seconds(s: float | None) -> str:
+    """A duration for people: 12.3 us, 4.5 ms, 1.2 s."""
     if s is None:
         return "-"
     for unit, scale in (("s", 1), ("ms", 1e-3), ("us", 1e-6)):
@@ -28,6 +29,7 @@ def seconds(s: float | None) -> str:
 
 
 def bench_table(records: list[Any]) -> str:
+    """The timings table of a plain run."""
     rows = [
         (
             r.test,
@@ -137,6 +139,7 @@ def _wall(o: dict[str, Any]) -> str:
 
 
 def final_table(operators: list[dict[str, Any]], fmt: str = "simple") -> str:
+    """The table of operators at the end of an optimize run."""
     rows = []
     for o in operators:
         if "baseline_s" not in o:  # stopped on an error, or not reached within the time budget

@@ -67,6 +67,7 @@ def names() -> list[str]:
 
 @pytest.hookimpl(trylast=True)
 def pytest_kope_make_agent(name: str, config: pytest.Config) -> Any:
+    """The built-in agent `name` names (`auto`: claude with ANTHROPIC_API_KEY, else tuner), or None."""
     if name == "auto":
         name = "claude" if os.environ.get("ANTHROPIC_API_KEY") else "tuner"
     kind, _, arg = name.partition(":")

@@ -47,6 +47,8 @@ class Context:
 
 @runtime_checkable
 class Agent(Protocol):
+    """What proposes candidates: see `propose` and `observe`; made by `pytest_kope_make_agent`."""
+
     name: str
 
     def propose(self, ctx: Context, n: int) -> list[Candidate]:

@@ -24,6 +24,7 @@ from .protocol import read_key, sign
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
+    """--kope-child FILE: this pytest process is a judging child with that request."""
     parser.addoption("--kope-child", dest="kope_child", help="(internal) judging spec for a child process")
 
 
@@ -188,6 +189,7 @@ class Child:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    """Register the child plugin when --kope-child is given."""
     path = config.getoption("kope_child")
     if path:
         guards.PROBE = True  # results must follow the data, not the buffers' addresses

@@ -45,12 +45,14 @@ PR_SET_DUMPABLE = 4
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
+    """--kope-serve: this pytest process is a fork server."""
     parser.addoption(
         "--kope-serve", dest="kope_serve", help="(internal) REQ_FD,REPLY_FD,SEEDS,JAILED: be a fork server"
     )
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    """Register the fork server when --kope-serve is given."""
     given = config.getoption("kope_serve")
     if given:
         requests, replies, seeds, jailed = (int(x) for x in given.split(","))
@@ -58,6 +60,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 class Server:
+    """A warm pytest process that forks one judging child per request."""
+
     def __init__(self, requests: int, replies: int, seeds: int, jailed: bool):
         self.requests, self.replies, self.seeds, self.jailed = requests, replies, max(1, seeds), jailed
 

@@ -52,6 +52,8 @@ class Call:
 
 
 class PoisonOutputs:
+    """Outputs are poisoned before the call and must be fully written after it."""
+
     needs_clean = False
 
     def before(self, call: Call) -> None:
@@ -70,6 +72,8 @@ class PoisonOutputs:
 
 
 class InputsUnchanged:
+    """Inputs must come back unchanged, unless declared `kope: inplace`."""
+
     needs_clean = False
 
     def before(self, call: Call) -> None:
@@ -84,6 +88,8 @@ class InputsUnchanged:
 
 
 class FloatingPointState:
+    """The floating-point control state (MXCSR) must be left as it was."""
+
     needs_clean = False
 
     def before(self, call: Call) -> None:
@@ -98,6 +104,8 @@ class FloatingPointState:
 
 
 class OutputsSettled:
+    """Outputs must not change after the call returned (a thread still writing)."""
+
     needs_clean = False
 
     def before(self, call: Call) -> None:

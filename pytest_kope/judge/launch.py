@@ -37,6 +37,8 @@ Compare = Callable[[list[dict[str, Any]], Path], list[str]]  # (events, replayed
 
 
 class Launcher:
+    """Starts judging children: forked from warm servers, or fresh sandboxed processes."""
+
     def __init__(self, plan: Any):
         self.plan = plan
         self.forking = bool(plan.fork_server) and plan.operator.toolchain in FORK_SAFE

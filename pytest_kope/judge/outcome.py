@@ -42,6 +42,8 @@ class Timing:
 
 @dataclass
 class Judged:
+    """The verdict on one candidate: outcome, failures, timings and notes."""
+
     candidate: Candidate
     outcome: Outcome
     failures: list[str] = field(default_factory=list)  # "test id: trimmed message"

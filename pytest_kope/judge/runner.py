@@ -58,6 +58,8 @@ class Plan:
 
 
 class Judge:
+    """Judges candidates for one operator: correctness in parallel children, then paired timing."""
+
     def __init__(self, plan: Plan, screen: Callable[[Candidate], list[str]]):
         self.plan = plan
         self.screen = screen  # toolchain.screen

@@ -40,6 +40,8 @@ KEEP = (
 
 @dataclass(frozen=True)
 class Limits:
+    """The resource limits of a judging child."""
+
     wall_s: float = 120.0
     cpu_s: int = 600
     address_space: int = 8 << 30
@@ -53,6 +55,8 @@ class Limits:
 
 @dataclass
 class Finished:
+    """How a sandboxed process ended: status, time-out, wall time and its output's tail."""
+
     returncode: int
     timed_out: bool
     wall_s: float
@@ -94,6 +98,7 @@ def bubblewrap() -> tuple[str | None, str]:
 
 @functools.lru_cache(maxsize=1)
 def pids_cgroup_root() -> Path | None:
+    """A writable cgroup with a pids controller to contain fork bombs, or None."""
     for root in (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup")):
         if (root / "cgroup.procs").exists() and os.access(root, os.W_OK):
             probe = root / f"kope-probe-{os.getpid()}"
@@ -129,6 +134,7 @@ def _sweep_stale_cgroups(root: Path) -> None:
 
 
 def isolation_summary() -> list[str]:
+    """One line per layer of isolation available here, for the report."""
     jail, why = bubblewrap()
     lines = [why]
     lines.append(

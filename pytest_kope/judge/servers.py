@@ -35,6 +35,8 @@ class ServerDied(Exception):
 
 
 class ForkServer:
+    """The controller's handle on one fork server: its pipes and its process."""
+
     def __init__(self, plan: Any, index: int):
         self.plan, self.index = plan, index
         self.root = Path(tempfile.mkdtemp(prefix=f"kope-{plan.operator.name}-server{index}-"))

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
 
 def text_hash(text: str) -> str:
+    """The content hash naming a source text in the graph."""
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

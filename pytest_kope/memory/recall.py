@@ -43,11 +43,14 @@ CHARS_PER_TOKEN = 4  # a conservative estimate for code and English: every token
 
 
 def tokens(text: str) -> int:
+    """A text's size in tokens, estimated with CHARS_PER_TOKEN."""
     return len(text) // CHARS_PER_TOKEN
 
 
 @dataclass
 class RecallQuery:
+    """What to recall: for which operator, hardware and state, within which budget."""
+
     operator: str
     family: str
     hardware: dict[str, Any]
@@ -59,6 +62,8 @@ class RecallQuery:
 
 @dataclass
 class RecalledLesson:
+    """A lesson as recalled: its text, score and where it was learned."""
+
     id: int
     text: str
     score: float
@@ -84,6 +89,8 @@ class RecalledLesson:
 
 @dataclass
 class Recall:
+    """What recall found: lessons and exemplars, rendered within a token budget."""
+
     lessons: list[RecalledLesson] = field(default_factory=list)
     exemplars: list[dict[str, Any]] = field(default_factory=list)
     seed_points: list[dict[str, Any]] = field(default_factory=list)
@@ -153,6 +160,7 @@ def fts_query(state: str) -> str:
 
 
 def recall(graph: Graph, query: RecallQuery) -> Recall:
+    """The lessons and attempts most relevant to the query, within its budget."""
     hw_id = fingerprint_id(query.hardware)
     arch = hardware_row(query.hardware)["arch"]
     params = {

@@ -16,6 +16,7 @@ CORRECT = (Outcome.BETTER.value, Outcome.OK.value)
 
 
 def now() -> str:
+    """The current time as the graph stores it (UTC, ISO 8601)."""
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 

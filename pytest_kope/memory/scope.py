@@ -71,6 +71,7 @@ def hardware_label(fingerprint: Mapping[str, Any]) -> str:
 
 
 def operator_relation(operator: str, family: str, other_operator: str, other_family: str) -> str:
+    """How another operator relates to this one: "operator" (the same), "family" or "other"."""
     if operator == other_operator:
         return "operator"
     if family and family == other_family:
@@ -79,6 +80,7 @@ def operator_relation(operator: str, family: str, other_operator: str, other_fam
 
 
 def hardware_relation(hardware_id: str, arch: str, other_id: str, other_arch: str) -> str:
+    """How other hardware relates to this one: "hardware" (the same), "arch" or "other"."""
     if hardware_id == other_id:
         return "hardware"
     if arch and arch == other_arch:

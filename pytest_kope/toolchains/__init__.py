@@ -30,6 +30,7 @@ _BUILTIN = {
 
 @pytest.hookimpl(trylast=True)
 def pytest_kope_make_toolchain(name: str, config: pytest.Config) -> Any:
+    """The built-in toolchain called `name`, or None."""
     target = _BUILTIN.get(name)
     if target is None:
         return None
@@ -49,6 +50,7 @@ def _ini_lines(config: pytest.Config, name: str) -> list[str]:
 
 @pytest.hookimpl(tryfirst=True)  # built-ins first: they claim their suffixes before a plugin's
 def pytest_kope_toolchain_names(config: pytest.Config) -> list[str]:
+    """The built-in toolchains' names."""
     return list(_BUILTIN)
 
 

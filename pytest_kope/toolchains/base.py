@@ -48,6 +48,8 @@ class Kernel:
 
 @dataclass(frozen=True)
 class Availability:
+    """Whether a toolchain can build and run here, and why."""
+
     ok: bool
     reason: str  # one line: what was found, or what is missing and how to get it
 

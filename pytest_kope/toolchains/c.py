@@ -43,6 +43,7 @@ _DEFINE_VALUE = re.compile(r"^-?[\w.]+$")
 
 @functools.lru_cache(maxsize=4)
 def compiler_version(cc: str) -> str:
+    """The first line of `cc --version`, or '' when it cannot be run."""
     try:
         out = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout
     except (OSError, subprocess.SubprocessError):
@@ -79,6 +80,8 @@ def parse_prototype(proto: str) -> tuple[str, tuple[Arg, ...], list[str]]:
 
 
 class CToolchain(ToolchainBase):
+    """C and C++ kernels built with gcc or clang, loaded with cffi, timed on the host."""
+
     name = "c"
     extensions = (".c", ".cc", ".cpp", ".cxx")
     passes_env = ("CC", "CXX", BINARY_SCREEN_ENV)

@@ -66,6 +66,7 @@ def installed(dist: str) -> str | None:
 
 
 def importable(module: str) -> bool:
+    """Whether a module can be imported here, without importing it."""
     try:
         return importlib.util.find_spec(module) is not None
     except (ImportError, ValueError):

@@ -187,6 +187,7 @@ def _check_interpreter(toolchain: str) -> None:
 
 
 def type_name(toolchain: str) -> str:
+    """The class name messages give for the toolchain called `toolchain`."""
     return {"triton": "TritonToolchain", "triton-ascend": "TritonAscendToolchain"}.get(toolchain, "Toolchain")
 
 

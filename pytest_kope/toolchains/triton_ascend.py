@@ -52,6 +52,7 @@ _DTYPES = {
 
 
 def gate_target() -> str:
+    """The Ascend target the lowering check compiles for (KOPE_ASCEND_TARGET)."""
     return os.environ.get("KOPE_ASCEND_TARGET", DEFAULT_TARGET)
 
 

@@ -125,12 +125,14 @@ def untrusted(text: str, source: str) -> str:
 
 
 def language(filename: str) -> str:
+    """The code-fence language of a kernel file, from its suffix ('' when unknown)."""
     return {".c": "c", ".h": "c", ".cc": "cpp", ".cpp": "cpp", ".cu": "cuda", ".py": "python"}.get(
         filename[filename.rfind(".") :] if "." in filename else "", ""
     )
 
 
 def system_blocks() -> list[dict[str, Any]]:
+    """The system prompt as cacheable content blocks."""
     return [{"type": "text", "text": SYSTEM, "cache_control": {"type": "ephemeral"}}]
 
 
@@ -163,6 +165,7 @@ def static_block(op: OperatorInfo, hardware: dict[str, Any]) -> dict[str, Any]:
 
 
 def timings_lines(judged: Judged) -> list[str]:
+    """One line per timed test of a verdict: ratio, bounds and rounds."""
     lines = []
     for t in judged.timings[:12]:
         lines.append(
@@ -173,6 +176,7 @@ def timings_lines(judged: Judged) -> list[str]:
 
 
 def verdict_lines(judged: Judged) -> list[str]:
+    """A verdict for the model: outcome, params, failures and build log fenced as untrusted."""
     c = judged.candidate
     head = f"- {c.short} ({c.agent or '?'}) `{clip(c.idea, 160)}` -> {judged.outcome.value}"
     if judged.ratio is not None:
