@@ -57,14 +57,17 @@ def toolchain(request: pytest.FixtureRequest, pytestconfig: pytest.Config) -> To
     return tc
 
 
-def test_toolchain_describes_itself(toolchain: Toolchain) -> None:
+def test_toolchain_describes_itself(toolchain: Toolchain, monkeypatch: pytest.MonkeyPatch) -> None:
     assert isinstance(toolchain, Toolchain)
     assert toolchain.extensions and all(e.startswith(".") for e in toolchain.extensions)
     assert toolchain.device_env_var is None or toolchain.device_env_var.endswith("VISIBLE_DEVICES")
     assert all(isinstance(v, str) and v for v in toolchain.passes_env)
     assert toolchain.fingerprint()["toolchain"] == toolchain.name
-    env = toolchain.environment()
+    env = {**toolchain.passed_env(), **toolchain.environment()}
     assert isinstance(env, Mapping) and all(isinstance(v, str) for v in env.values())
+    for name in toolchain.passes_env:  # what a judging child needs from here reaches it
+        monkeypatch.setenv(name, "kope-contract")
+        assert toolchain.passed_env()[name] == "kope-contract"
     assert isinstance(toolchain.timer(), Timer)
     assert toolchain.count_devices() >= 0
 

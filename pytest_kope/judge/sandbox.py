@@ -35,7 +35,7 @@ KEEP = (
     "OPENBLAS_CORETYPE",
     "OPENBLAS_L2_SIZE",
     "LD_LIBRARY_PATH",
-)  # what a toolchain's children need besides: its `passes_env`, through Toolchain.environment()
+)  # what a toolchain's children need besides comes through the plan: Toolchain.passed_env()
 
 
 @dataclass(frozen=True)

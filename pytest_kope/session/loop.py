@@ -57,7 +57,7 @@ def plan_for(s: KopeSession, run: OperatorRun) -> tuple[Plan, Toolchain]:
         files,
         correctness,
         performance,
-        dict(tc.environment()),
+        {**tc.passed_env(), **tc.environment()},  # what passes through, then its own settings
         sandbox.Limits(wall_s=s.settings.timeout, device=bool(tc.count_devices())),
         s.settings.seeds,
         s.settings.jobs,

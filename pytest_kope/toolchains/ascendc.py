@@ -242,7 +242,7 @@ class AscendCToolchain(ToolchainBase):
         }
 
     def environment(self) -> Mapping[str, str]:
-        return {**self.passed_env(), "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
+        return {"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
 
     def screen(self, candidate: Candidate) -> list[str]:
         return screen_c_source(candidate.source)

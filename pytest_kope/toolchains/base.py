@@ -91,7 +91,10 @@ class Toolchain(Protocol):
         """The clock that `kope_bench` uses for this toolchain's kernels."""
 
     def environment(self) -> Mapping[str, str]:
-        """Extra environment for judging children (e.g. OMP_WAIT_POLICY=passive), `passes_env` included."""
+        """Settings of its own for judging children (e.g. OMP_WAIT_POLICY=passive)."""
+
+    def passed_env(self) -> dict[str, str]:
+        """The controller's values of `passes_env` and `device_env_var`, for judging children."""
 
     def count_devices(self) -> int:
         """Accelerators it can judge on here (0 on a CPU): one timing worker each."""
@@ -113,7 +116,7 @@ class ToolchainBase:
         return Timer()
 
     def environment(self) -> Mapping[str, str]:
-        return self.passed_env()
+        return {}
 
     def passed_env(self) -> dict[str, str]:
         """The controller's values of `passes_env` and `device_env_var` that are set."""

@@ -182,7 +182,7 @@ class CToolchain(ToolchainBase):
 
     def environment(self) -> Mapping[str, str]:
         # OpenMP workers that spin make timings swing several-fold on a loaded small machine.
-        return {**self.passed_env(), "OMP_WAIT_POLICY": "passive"}
+        return {"OMP_WAIT_POLICY": "passive"}
 
     def _compile(
         self, candidate: Candidate, build_dir: Path, spec: KernelSpec | None = None

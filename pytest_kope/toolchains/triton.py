@@ -106,8 +106,7 @@ class TritonToolchain(ToolchainBase):
         return fp
 
     def environment(self) -> Mapping[str, str]:
-        mine = {"TRITON_INTERPRET": "1"} if self.mode() == "interpreter" else {}
-        return {**self.passed_env(), **mine}
+        return {"TRITON_INTERPRET": "1"} if self.mode() == "interpreter" else {}
 
     def prepare_process(self) -> str:
         """Set this process's environment for the mode (e.g. ``TRITON_INTERPRET=1``); return the mode.

@@ -136,8 +136,8 @@ class TritonAscendToolchain(TritonToolchain):
 
     def environment(self) -> Mapping[str, str]:
         if self.mode() == "npu":
-            return self.passed_env()
-        return {**self.passed_env(), "TRITON_INTERPRET": "1", "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
+            return {}
+        return {"TRITON_INTERPRET": "1", "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
 
     def build(self, candidate, spec, build_dir):  # type: ignore[no-untyped-def]
         mode = self.mode()
