@@ -59,6 +59,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The `kope` command: its subcommands read the experience graph."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["doctor"] and not {"-h", "--help"} & set(argv[1:2]):
         # a pytest run: collection finds the operators, the judge checks them; the rest goes to pytest

@@ -14,9 +14,10 @@ from tabulate import tabulate
 
 from .errors import KopeError
 from .judge.runner import Judge
+from .session.loop import plan_for
 
 if TYPE_CHECKING:
-    from .workflow import KopeSession, OperatorRun
+    from .session.session import KopeSession, OperatorRun
 
 
 def check(kope: KopeSession) -> int:
@@ -46,7 +47,7 @@ def _check_one(kope: KopeSession, run: OperatorRun) -> dict[str, Any]:
         or "-",
     }
     try:
-        plan, tc = kope._plan(run)
+        plan, tc = plan_for(kope, run)
     except KopeError as e:
         return {
             **row,

@@ -20,6 +20,11 @@ class BuildError(KopeError):
         super().__init__(f"build of {source} failed:\n{log.rstrip()}")
 
 
+class BuildFailed(KopeError):
+    """A test's kernel could not be built or loaded (the message names the operator, the file and why);
+    every test of that candidate fails with it."""
+
+
 class LibraryRejected(BuildError):
     """A candidate built, but the built library does something no kernel may (screened after the build)."""
 
@@ -38,6 +43,10 @@ class BaselineBroken(KopeError):
 
 class ConfigError(KopeError):
     """A command-line or ini option has a value that cannot work."""
+
+
+class MarkerError(ConfigError):
+    """A `pytest.mark.kope(...)` marker names no operator, no source, or a file or folder that is not there."""
 
 
 class ForgeError(KopeError):

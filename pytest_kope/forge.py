@@ -31,6 +31,8 @@ _REMOTE = re.compile(r"^(?:[\w.+-]+://)?(?:[^@/]+@)?(?P<host>[^:/]+)(?::\d+)?[:/
 
 @dataclass(frozen=True)
 class ForgeSettings:
+    """Which forge, where, which repository and which token, resolved from ini values and CI variables."""
+
     kind: str  # github | gitlab
     url: str  # API base URL (GitHub) or server URL (GitLab)
     repo: str  # owner/name, or a GitLab project path or id
@@ -95,6 +97,7 @@ class ForgeSettings:
 
 
 def redact(text: str, *secrets: str) -> str:
+    """The text with every secret replaced by ***."""
     for secret in secrets:
         if secret:
             text = text.replace(secret, "***")
@@ -104,6 +107,8 @@ def redact(text: str, *secrets: str) -> str:
 
 @dataclass(frozen=True)
 class Review:
+    """A pull (merge) request opened or updated on the forge."""
+
     number: int
     url: str
     created: bool  # False: an open one was updated
@@ -296,6 +301,7 @@ class GitLabForge:
 
 
 def make_forge(settings: ForgeSettings, say: Callable[[str], None]) -> GitHubForge | GitLabForge:
+    """The GitHub or GitLab client the settings name."""
     try:
         return GitHubForge(settings, say) if settings.kind == "github" else GitLabForge(settings, say)
     except ImportError as e:

@@ -33,7 +33,7 @@ def pytest_kope_make_toolchain(name: str, config: pytest.Config) -> Toolchain | 
 
 
 @hookspec
-def pytest_kope_toolchain_names(config: pytest.Config) -> list[str]:
+def pytest_kope_toolchain_names(config: pytest.Config) -> list[str]:  # type: ignore[empty-body]
     """Return the names of the toolchains your plugin provides (listed in the availability report).
 
     Example, in a conftest.py::

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -10,15 +11,18 @@ from typing import Any
 import pytest
 
 from .candidate import Candidate
+from .errors import MarkerError
 from .spec import KernelSpec, parse_spec
+from .toolchains import toolchain_for
 
 MARKER = "kope"
 _OURS = re.compile(r"-?kope-(?:[0-9a-f]{8}|seed\d+|candidate)\b")
-_TOOLCHAIN_BY_SUFFIX = {".c": "c", ".cc": "c", ".cpp": "c", ".cxx": "c", ".py": "triton"}
 
 
 @dataclass(frozen=True)
 class Operator:
+    """One kernel to optimize: its name, source file(s), toolchain and family."""
+
     name: str
     source: Path  # absolute path of the committed kernel source
     toolchain: str
@@ -119,7 +123,7 @@ def operator_of(item: pytest.Item) -> Operator | None:
     if mark is None:
         return None
     if not mark.args or not isinstance(mark.args[0], str):
-        raise pytest.UsageError(
+        raise MarkerError(
             f"{item.nodeid}: pytest.mark.kope needs the operator name first, e.g. "
             'pytest.mark.kope("softmax", source="softmax.c")'
         )
@@ -127,24 +131,20 @@ def operator_of(item: pytest.Item) -> Operator | None:
     where = Path(str(item.path)).parent
     given = mark.kwargs.get("source") or (mark.args[1] if len(mark.args) > 1 else None)
     if not given:
-        raise pytest.UsageError(f'{item.nodeid}: pytest.mark.kope("{name}") needs source="<kernel file>"')
+        raise MarkerError(f'{item.nodeid}: pytest.mark.kope("{name}") needs source="<kernel file>"')
     files = [(where / s).resolve() for s in ([given] if isinstance(given, (str, Path)) else given)]
     for path in files:
         if not path.is_file():
-            raise pytest.UsageError(
+            raise MarkerError(
                 f"{item.nodeid}: kernel source {path} of operator {name!r} does not exist; fix source= in the marker"
             )
     path = files[0]  # the file candidates rewrite; the others are built with it, unchanged
-    toolchain = mark.kwargs.get("toolchain") or _TOOLCHAIN_BY_SUFFIX.get(path.suffix)
+    toolchain = mark.kwargs.get("toolchain") or toolchain_for(item.config, path)
     if toolchain is None:
-        raise pytest.UsageError(
-            f"{item.nodeid}: cannot tell the toolchain of {path.name}; pass toolchain=..."
-        )
+        raise MarkerError(f"{item.nodeid}: cannot tell the toolchain of {path.name}; pass toolchain=...")
     rtol = mark.kwargs.get("rtol")
     if rtol is not None and not (isinstance(rtol, (int, float)) and 0 < rtol < 1):
-        raise pytest.UsageError(
-            f"{item.nodeid}: pytest.mark.kope(rtol=...) takes a number in (0, 1), got {rtol!r}"
-        )
+        raise MarkerError(f"{item.nodeid}: pytest.mark.kope(rtol=...) takes a number in (0, 1), got {rtol!r}")
     includes = _include_dirs(item, where, mark.kwargs.get("include"))
     build = _own_build(item, where, path, mark.kwargs)
     family = mark.kwargs.get("family", name)
@@ -152,20 +152,20 @@ def operator_of(item: pytest.Item) -> Operator | None:
 
 
 def _own_build(
-    item: pytest.Item, where: Path, source: Path, kwargs: dict[str, Any]
+    item: pytest.Item, where: Path, source: Path, kwargs: Mapping[str, Any]
 ) -> tuple[str, Path, str] | None:
     """`build="cmake ...", library="build/libop.so", root="."`: the repo builds the kernel itself."""
     command, library = kwargs.get("build"), kwargs.get("library")
     if command is None and library is None:
         return None
     if not (isinstance(command, str) and isinstance(library, str)):
-        raise pytest.UsageError(
+        raise MarkerError(
             f'{item.nodeid}: pytest.mark.kope(build=...) needs both build="<shell command>" and '
             'library="<built shared library, relative to root>"'
         )
     root = (where / kwargs.get("root", ".")).resolve()
     if not source.is_relative_to(root):
-        raise pytest.UsageError(
+        raise MarkerError(
             f"{item.nodeid}: the kernel source {source} is not under the build root {root}; fix root="
         )
     return command, root, library
@@ -183,7 +183,7 @@ def _include_dirs(item: pytest.Item, where: Path, given: Any) -> tuple[Path, ...
         ini = []
     for d in (*marker, *ini):
         if not d.is_dir():
-            raise pytest.UsageError(
+            raise MarkerError(
                 f"{item.nodeid}: include directory {d} does not exist; fix include= in the marker or kope_include"
             )
     return tuple(dict.fromkeys((*marker, *ini)))
@@ -197,4 +197,5 @@ def base_nodeid(nodeid: str) -> str:
 
 
 def is_performance_test(item: pytest.Item) -> bool:
+    """Whether a test times its kernel (it uses the `kope_bench` fixture)."""
     return "kope_bench" in getattr(item, "fixturenames", ())

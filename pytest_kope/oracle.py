@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 
-def assert_close(actual, expected, rtol: float = 1e-5, atol: float = 0.0, what: str = "output") -> None:
+def assert_close(
+    actual: Any, expected: Any, rtol: float = 1e-5, atol: float = 0.0, what: str = "output"
+) -> None:
     """Assert `actual` matches `expected` within `rtol` of the reference's largest magnitude.
 
     The error is the largest absolute difference divided by the largest reference magnitude, so an

@@ -17,6 +17,7 @@ def kope_dir(config: pytest.Config) -> Path:
 
 
 def ensure_kope_dir(path: Path) -> Path:
+    """The `.kope/` folder, created with its own .gitignore."""
     path.mkdir(parents=True, exist_ok=True)
     ignore = path / ".gitignore"
     if not ignore.exists():

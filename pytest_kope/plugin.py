@@ -13,7 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from .errors import MarkerError
 from .operator import MARKER, base_nodeid, is_performance_test, operator_of
+from .session.border import border, failing
 from .settings import BENCH, BUILT, SEED, bench_session
 
 if TYPE_CHECKING:
@@ -24,6 +26,7 @@ if TYPE_CHECKING:
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    """Add pytest-kope's hookspecs."""
     from . import hookspecs
 
     pluginmanager.add_hookspecs(hookspecs)
@@ -39,7 +42,16 @@ def _option(
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
+    """The --kope-* options and kope_* ini values."""
     g = parser.getgroup("kope", "kernel optimization (pytest-kope)")
+    _search_options(g, parser)
+    _output_options(g, parser)
+    _judge_options(g, parser)
+    _review_options(g, parser)
+
+
+def _search_options(g: Any, parser: pytest.Parser) -> None:
+    """What to optimize, with which agent, and how long."""
     g.addoption(
         "--kope-optimize",
         action="store_true",
@@ -85,6 +97,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     _option(g, parser, "kope-model", "model for the claude agent (default: $KOPE_MODEL or claude-sonnet-4-5)")
     _option(g, parser, "kope-max-tokens", "cap on LLM tokens (input+output) for the whole run", type=int)
+
+
+def _output_options(g: Any, parser: pytest.Parser) -> None:
+    """Where the experience, the winners and the report go."""
     _option(g, parser, "kope-db", "experience graph file (default <rootdir>/.kope/experience.db)")
     _option(g, parser, "kope-branch-prefix", "branch prefix for verified winners (default kope/)")
     g.addoption(
@@ -94,6 +110,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="do not commit winners to git branches (report only)",
     )
     _option(g, parser, "kope-report", "also write the run's JSON report to this path", ini_type=None)
+
+
+def _judge_options(g: Any, parser: pytest.Parser) -> None:
+    """How candidates are judged: seeds, gain, limits, isolation, workers, devices."""
     _option(
         g,
         parser,
@@ -151,6 +171,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     _option(
         g, parser, "kope-devices", "accelerator devices for performance judging, e.g. 0,1 (default: auto)"
     )
+
+
+def _review_options(g: Any, parser: pytest.Parser) -> None:
+    """Pushing winners and opening pull requests; which operators a CI run takes."""
     _option(
         g,
         parser,
@@ -205,6 +229,7 @@ class _Toggle(argparse.Action):
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    """Markers, the built-in toolchains and agents, the seed; the session under --kope-optimize."""
     config.addinivalue_line(
         "markers",
         f"{MARKER}(name, source, family=None, toolchain=None, rtol=None): the operator this module's tests judge and its "
@@ -220,23 +245,26 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[BUILT] = {}
     wanted = config.getoption("kope_optimize") or config.getoption("kope_check")
     if wanted and not hasattr(config, "workerinput"):
-        from .workflow import KopeSession
+        from .session.session import KopeSession
 
         config.pluginmanager.register(KopeSession(config), "kope-session")
 
 
 def pytest_report_header(config: pytest.Config) -> str:
+    """The run's seed, and how to replay it."""
     return f"kope: rng seed {config.stash[SEED]} (replay with --kope-seed {config.stash[SEED]})"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if is_performance_test(item) and operator_of(item) is not None:
-            item.add_marker(pytest.mark.kope_perf)
+    """Mark the performance tests of kope operators `kope_perf`."""
+    with border():
+        for item in items:
+            if is_performance_test(item) and operator_of(item) is not None:
+                item.add_marker(pytest.mark.kope_perf)
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
     """A failing operator test says which operator and which kernel file it judged."""
     report = yield
     if report.failed and hasattr(report.longrepr, "addsection"):
@@ -259,7 +287,7 @@ def kope_seed(request: pytest.FixtureRequest) -> int:
 
 
 @pytest.fixture
-def rng(request: pytest.FixtureRequest, kope_seed: int):
+def rng(request: pytest.FixtureRequest, kope_seed: int) -> Any:
     """A numpy Generator, fresh every run (the seed is in the header), distinct for every test."""
     import numpy as np
 
@@ -269,11 +297,12 @@ def rng(request: pytest.FixtureRequest, kope_seed: int):
 @pytest.fixture
 def kope_operator(request: pytest.FixtureRequest) -> Operator:
     """The operator named by the module's `pytest.mark.kope(...)`."""
-    op = operator_of(request.node)
-    if op is None:
-        raise pytest.UsageError(
-            f'{request.node.nodeid} uses the kernel fixture but has no pytest.mark.kope("name", source="file")'
-        )
+    with border():
+        op = operator_of(request.node)
+        if op is None:
+            raise MarkerError(
+                f'{request.node.nodeid} uses the kernel fixture but has no pytest.mark.kope("name", source="file")'
+            )
     return op
 
 
@@ -291,20 +320,22 @@ def kernel(
     from .judge.building import build_cached
     from .judge.guards import GuardedKernel
 
-    return GuardedKernel(build_cached(request.config, kope_operator, kope_candidate))
+    with failing():
+        return GuardedKernel(build_cached(request.config, kope_operator, kope_candidate))
 
 
 @pytest.fixture
 def kope_bench(request: pytest.FixtureRequest, kernel: GuardedKernel) -> Bench:
     """Time a kernel call: `kope_bench(kernel.softmax, x, y, rows, cols)`; marks the test as a performance test."""
     from .judge.bench import Bench
-    from .judge.building import toolchain_of
+    from .toolchains import toolchain_of
 
     timer = toolchain_of(request.config, kernel.kernel.candidate.toolchain).timer()
     return Bench(request.node.nodeid, timer, bench_session(request.config), pytest.skip)
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    """The kernel timings of a plain run."""
     session = config.stash.get(BENCH, None)
     if session is None or not session.plain:
         return
@@ -315,4 +346,5 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
+    """OpenMP workers wait passively, so timings hold steady on a loaded machine."""
     os.environ.setdefault("OMP_WAIT_POLICY", "passive")

@@ -53,6 +53,7 @@ def headline(e: Evidence) -> tuple[float, float, float]:
 
 
 def title(e: Evidence) -> str:
+    """A pull request's title."""
     ratio, _, _ = headline(e)
     return f"kope({e.operator}): {ratio:.2f}x faster on {e.hardware_name}"
 
@@ -125,6 +126,7 @@ def _toolchain(e: Evidence) -> list[str]:
 
 
 def body(e: Evidence) -> str:
+    """A pull request's body: the evidence, measured in this run."""
     ratio, low, high = headline(e)
     rounds = sorted({t.rounds for t in e.winner.timings})
     lines = [

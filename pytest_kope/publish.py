@@ -58,16 +58,16 @@ class Publisher:
         try:
             url = self.vcs.repo.remote(self.remote).url
         except ValueError:
-            raise pytest.UsageError(
+            raise ConfigError(
                 f"--kope-push {self.remote}: this repository has no remote {self.remote!r} "
                 f"(git remote -v lists them)"
             ) from None
         ini = {k: _option(self.config, k) for k in INI}
         try:
             self.settings = ForgeSettings.resolve(os.environ, ini, url)
-        except ConfigError as e:
+        except ConfigError:
             if self.pr:
-                raise pytest.UsageError(str(e)) from None
+                raise
             self.settings = None  # pushing needs no forge: git's own credentials, if any
         if self.settings is not None:
             self.env = self.settings.git_auth_env(url)
@@ -77,9 +77,17 @@ class Publisher:
 
     # -- commit ------------------------------------------------------------------------------------
     def commit(
-        self, op: Any, verified: Any, baseline: Any, history: list[Any], hw: dict, files: Sequence[Path]
+        self,
+        op: Any,
+        verified: Any,
+        baseline: Any,
+        history: list[Any],
+        hw: dict,
+        files: Sequence[Path],
+        baked: str,
     ) -> tuple[str | None, str | None, str]:
-        """(branch, sha, what happened): the winner committed where no commit is lost, then pushed."""
+        """(branch, sha, what happened): the winner committed where no commit is lost, then pushed.
+        `baked` is the file to commit: the winner's source with its values as the defaults."""
         assert self.vcs is not None
         branch = f"{self.prefix}{op.name}"
         with self.vcs.locked(self.say):
@@ -99,7 +107,7 @@ class Publisher:
                 return target.branch, None, skip
             message = self._message(op, verified, baseline, history, hw, target.note)
             try:
-                done = self.vcs.commit(target, op.source, _baked(op, verified), message, self.run_id)
+                done = self.vcs.commit(target, op.source, baked, message, self.run_id)
             except Exception as e:  # git trouble must not lose the run's results
                 return None, None, f"could not commit to {target.branch}: {e}"
             note = "; ".join(
@@ -238,7 +246,7 @@ class Publisher:
         )
 
     def _build_line(self, op: Any, verified: Any) -> str:
-        from .judge.building import toolchain_of
+        from .toolchains import toolchain_of
 
         tc = toolchain_of(self.config, op.toolchain)
         command = getattr(tc, "command", None)
@@ -294,15 +302,3 @@ class Publisher:
 
 def _point(judged: Any) -> dict[str, Any]:
     return {"speedup": judged.speedup if judged.timings else None, "outcome": judged.outcome.value}
-
-
-def _baked(op: Any, verified: Any) -> str:
-    """The winner's source with its values as the defaults, so the committed file builds the winner."""
-    from .spec import bake_defaults
-
-    text = bake_defaults(verified.candidate.source, verified.candidate.params)
-    if Path(op.source).suffix == ".py":  # Python kernels also carry the values as module-level literals
-        from .toolchains.pylaunch import bake
-
-        text = bake(text, verified.candidate.params)
-    return text

@@ -12,10 +12,14 @@ def report_schema() -> dict[str, Any]:
     import json
     from importlib.resources import files
 
-    return json.loads(files("pytest_kope").joinpath("schemas/report.schema.json").read_text())
+    schema: dict[str, Any] = json.loads(
+        files("pytest_kope").joinpath("schemas/report.schema.json").read_text()
+    )
+    return schema
 
 
 def seconds(s: float | None) -> str:
+    """A duration for people: 12.3 us, 4.5 ms, 1.2 s."""
     if s is None:
         return "-"
     for unit, scale in (("s", 1), ("ms", 1e-3), ("us", 1e-6)):
@@ -25,6 +29,7 @@ def seconds(s: float | None) -> str:
 
 
 def bench_table(records: list[Any]) -> str:
+    """The timings table of a plain run."""
     rows = [
         (
             r.test,
@@ -134,6 +139,7 @@ def _wall(o: dict[str, Any]) -> str:
 
 
 def final_table(operators: list[dict[str, Any]], fmt: str = "simple") -> str:
+    """The table of operators at the end of an optimize run."""
     rows = []
     for o in operators:
         if "baseline_s" not in o:  # stopped on an error, or not reached within the time budget
@@ -203,24 +209,6 @@ def install_closing_line(terminalreporter: Any, operators: list[dict[str, Any]])
         return [(text, {color: True, "bold": i == 0}) for i, text in enumerate(parts)] + theirs, color
 
     tr.build_summary_stats_line = build
-
-
-def write(
-    run_dir: Any, data: dict[str, Any], markdown: str, extra_json: str | None = None
-) -> tuple[Any, Any]:
-    """report.json (everything) and report.md (for people: report_md.markdown(data)) in the run's
-    folder, and the JSON also at `extra_json` (--kope-report) when given."""
-    import json
-    from pathlib import Path
-
-    run_dir = Path(run_dir)
-    js = run_dir / "report.json"
-    js.write_text(json.dumps(data, indent=1, default=str))
-    if extra_json:
-        Path(extra_json).write_text(json.dumps(data, indent=1, default=str))
-    md = run_dir / "report.md"
-    md.write_text(markdown)
-    return js, md
 
 
 def review_lines(operators: list[dict[str, Any]]) -> list[str]:

@@ -87,6 +87,7 @@ def _before_after(o: dict[str, Any]) -> str:
 def operator_section(
     o: dict[str, Any], lessons: list[dict[str, Any]], budget: int | None = None
 ) -> list[str]:
+    """report.md's section on one operator."""
     lines = [f"## {o['name']}", ""]
     why = (o.get("stopped") or {}).get("detail") or stop_text(o)
     if "baseline_s" not in o:
@@ -114,6 +115,7 @@ def operator_section(
 
 
 def markdown(data: dict[str, Any]) -> str:
+    """report.md: the run for people."""
     operators = data.get("operators", [])
     time_budget = data.get("time_budget_minutes")
     search = (

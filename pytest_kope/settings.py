@@ -1,4 +1,5 @@
-"""Process-wide keys every floor needs: the run's seed, built kernels, the bench session.
+"""Process-wide keys every floor needs (the run's seed, built kernels, the bench session), and the one
+reader of the optimize run's options and ini values (`Settings.from_config`).
 
 They live here, at the bottom of the import order, so that the judging child and the builder never
 import `plugin.py` (which would close an import circle through the workflow).
@@ -6,9 +7,13 @@ import `plugin.py` (which would close an import circle through the workflow).
 
 from __future__ import annotations
 
+import os
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pytest
+
+from .errors import ConfigError
 
 if TYPE_CHECKING:
     from .judge.bench import BenchSession
@@ -25,3 +30,77 @@ def bench_session(config: pytest.Config) -> BenchSession:
 
         config.stash[BENCH] = BenchSession()
     return config.stash[BENCH]
+
+
+def setting(config: pytest.Config, name: str, default: Any) -> Any:
+    """The option `--kope-x`, else the ini value `kope_x`, else `default` (empty counts as unset)."""
+    value = config.getoption(name, None)
+    if value is None:
+        try:
+            value = config.getini(name)
+        except ValueError:  # not an ini option
+            value = None
+    return default if value in (None, "") else value
+
+
+@dataclass(frozen=True)
+class Settings:
+    """An optimize run's options, read and checked once (`from_config`); the loop reads only these."""
+
+    budget: int
+    agent: str
+    min_gain: float
+    fork_server: bool
+    seeds: int
+    timeout: float
+    jobs: int
+    prefix: str
+    no_commit: bool
+    check_only: bool
+    since: str | None
+    patience: int
+    minutes: float | None  # the whole run's time budget; None: unlimited
+    allow_unjailed: bool
+    db: str | None
+    devices: str
+    report: str | None
+
+    @classmethod
+    def from_config(cls, config: pytest.Config) -> Settings:
+        minutes = setting(config, "kope_time_budget", None)
+        s = cls(
+            budget=int(setting(config, "kope_budget", 24)),
+            agent=str(setting(config, "kope_agent", "auto")),
+            min_gain=float(setting(config, "kope_min_gain", 0.05)),
+            fork_server=setting(config, "kope_fork_server", True) not in (False, "false", "0", "no"),
+            seeds=int(setting(config, "kope_seeds", 2)),
+            timeout=float(setting(config, "kope_timeout", 120.0)),
+            jobs=int(setting(config, "kope_jobs", len(os.sched_getaffinity(0)))),
+            prefix=str(setting(config, "kope_branch_prefix", "kope/")),
+            no_commit=bool(config.getoption("kope_no_commit")),
+            check_only=bool(config.getoption("kope_check")),
+            since=setting(config, "kope_since", None),
+            patience=int(setting(config, "kope_patience", 8)),
+            minutes=float(minutes) if minutes is not None else None,
+            allow_unjailed=bool(setting(config, "kope_allow_unjailed", False)),
+            db=setting(config, "kope_db", None),
+            devices=str(setting(config, "kope_devices", "")).strip(),
+            report=config.getoption("kope_report", None),
+        )
+        if s.budget < 1:
+            raise ConfigError(f"--kope-budget must be at least 1, got {s.budget}")
+        if s.patience < 0:
+            raise ConfigError(f"--kope-patience must be 0 (off) or more, got {s.patience}")
+        if s.minutes is not None and s.minutes < 0:
+            raise ConfigError(f"--kope-time-budget takes minutes, 0 or more; got {s.minutes}")
+        s.device_indices()  # a bad --kope-devices is a usage error before anything runs
+        return s
+
+    def device_indices(self) -> tuple[int, ...] | None:
+        """--kope-devices 0,1 (or ini kope_devices) as indices; None when not given."""
+        if not self.devices:
+            return None
+        try:
+            return tuple(int(d) for d in self.devices.split(",") if d.strip())
+        except ValueError:
+            raise ConfigError(f"--kope-devices takes device indices like 0,1; got {self.devices!r}") from None

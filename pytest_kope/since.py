@@ -26,7 +26,7 @@ def changed_since(root: Path, ref: str) -> set[Path]:
             f"--kope-since {ref}: git knows no such commit in {repo.working_tree_dir}; a shallow CI clone "
             "needs more history (actions/checkout with fetch-depth: 0, GIT_DEPTH: 0 on GitLab)"
         ) from None
-    top = Path(repo.working_tree_dir)
+    top = Path(repo.working_tree_dir or root)
     names = repo.git.diff("--name-only", ref, "--").splitlines()
     return {(top / n).resolve() for n in names if n}
 

@@ -29,6 +29,8 @@ ZERO = "0" * 40
 
 @dataclass(frozen=True)
 class Committed:
+    """A winner committed: the branch, the commit and what was moved aside."""
+
     branch: str
     sha: str
     parent: str  # the commit it was made on: the branch's old tip, or the run's base
@@ -48,6 +50,8 @@ class Target:
 
 @dataclass(frozen=True)
 class Pushed:
+    """A push of a branch: whether it went through, and what git said."""
+
     ok: bool
     detail: str
 

@@ -33,6 +33,7 @@ from pytest_kope.errors import ConfigError
 from pytest_kope.judge import sandbox
 from pytest_kope.judge.outcome import Judged, Outcome, Timing
 from pytest_kope.spec import parse_spec
+from pytest_kope.toolchains.c import CToolchain
 
 KEY = "sk-ant-test-SECRET123"
 PROTO = "void scale(const float *x, float *y, int n)"
@@ -72,9 +73,7 @@ class Memory:
         return Recall(self.text)
 
 
-def make_ctx(
-    memory: Memory | None = None, seen: frozenset[str] = frozenset(), tokens_left: int | None = None
-) -> Context:
+def make_ctx(memory: Memory | None = None, seen: frozenset[str] = frozenset()) -> Context:
     spec = parse_spec(KERNEL, "scale.c")
     op = OperatorInfo(
         name="scale",
@@ -85,6 +84,7 @@ def make_ctx(
         space=spec.space,
         kernels=spec.kernels,
         tests={"tests/test_scale.py": TEST_SRC},
+        screen=CToolchain().screen,
     )
     committed = Candidate(KERNEL, "scale.c", "c", params=spec.space.defaults, idea="committed")
     timing = Timing("test_perf_scale[4096]", 2e-4, 2e-4, 1.0, 0.97, 1.03, 21)
@@ -98,7 +98,6 @@ def make_ctx(
         budget_left=20,
         recall=memory or Memory(),
         seen=lambda h: h in seen,
-        tokens_left=tokens_left,
     )
 
 

@@ -7,10 +7,10 @@ import time
 import pytest
 
 from pytest_kope.candidate import Candidate
+from pytest_kope.hardware import fingerprint_id
 from pytest_kope.judge.outcome import Judged, Outcome, Timing
 from pytest_kope.memory import Graph, RecallQuery
 from pytest_kope.memory.recall import tokens
-from pytest_kope.memory.scope import hardware_key
 
 HW_A = {"arch": "x86_64", "model": "AMD EPYC 7B13", "simd": ["avx2"], "cores": 2, "compiler": "gcc 12.2"}
 HW_B = {
@@ -206,7 +206,7 @@ def test_mark_used_records_the_lessons_handed_out(graph):
 
 def test_budget_holds_in_a_graph_of_5000_lessons(graph):
     operators = [(f"op{i}", f"fam{i % 7}") for i in range(50)]
-    hws = [hardware_key(HW_A), hardware_key(HW_B), hardware_key(HW_C)]
+    hws = [fingerprint_id(HW_A), fingerprint_id(HW_B), fingerprint_id(HW_C)]
     rows = []
     for n in range(5000):
         op, fam = operators[n % 50]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from op_repos import SCALE_C
@@ -442,15 +443,18 @@ def test_c_source_screen(source, found):
 
 
 def test_one_c_screen_for_the_toolchains_and_the_agent():
-    from pytest_kope.agents import claude
+    from pytest_kope.agents.base import OperatorInfo
+    from pytest_kope.agents.claude import tools
     from pytest_kope.toolchains import ascendc, c
 
     text = 'const char *u = "//"; void f(void) { getenv("HOME"); }'
     want = ["calls getenv() (process/file/network/environment APIs are not allowed in a kernel)"]
     assert c.CToolchain().screen(Candidate(text, "f.c", "c")) == want
     assert ascendc.AscendCToolchain().screen(Candidate(text, "f.cpp", "ascendc")) == want
-    assert claude._screen(text, "f.c") == want
-    assert not hasattr(claude, "_strip_c_comments") and not hasattr(claude, "_FORBIDDEN_C")
+    info = OperatorInfo("f", "f", "c", "f.c", text, None, (), screen=c.CToolchain().screen)  # type: ignore[arg-type]
+    ctx = SimpleNamespace(operator=info)
+    assert tools.screen(ctx, text) == want  # the agent screens with the operator's toolchain
+    assert not hasattr(tools, "_strip_c_comments") and not hasattr(tools, "_FORBIDDEN_C")
     assert c.FORBIDDEN_CALLS is screening.FORBIDDEN_CALLS and c.screen_library is screening.screen_library
 
 

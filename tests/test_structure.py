@@ -96,4 +96,42 @@ def test_the_cycle_finder_finds_one():
 def test_the_judges_child_side_never_imports_the_plugin_or_the_session():
     graph = import_graph()
     for child_side in ("pytest_kope.judge.child", "pytest_kope.judge.building", "pytest_kope.judge.runner"):
-        assert not graph[child_side] & {"pytest_kope.plugin", "pytest_kope.workflow"}, child_side
+        assert not graph[child_side] & {
+            "pytest_kope.plugin",
+            "pytest_kope.session.session",
+            "pytest_kope.session.loop",
+        }, child_side
+
+
+MAX_MODULE_LINES = 400
+MAX_FUNCTION_LINES = 60
+
+
+def sizes(root: Path = PACKAGE) -> tuple[dict[str, int], dict[str, int]]:
+    """Lines per module, and lines per function (decorators excluded, nested functions counted in their
+    parent and on their own), for every module under `root`."""
+    modules: dict[str, int] = {}
+    functions: dict[str, int] = {}
+    for path in sorted(root.rglob("*.py")):
+        text = path.read_text()
+        name = _module(path) if root == PACKAGE else path.stem
+        modules[name] = len(text.splitlines())
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                assert node.end_lineno is not None
+                functions[f"{name}:{node.lineno}:{node.name}"] = node.end_lineno - node.lineno + 1
+    return modules, functions
+
+
+def test_no_module_over_400_lines_and_no_function_over_60():
+    modules, functions = sizes()
+    assert {m: n for m, n in modules.items() if n > MAX_MODULE_LINES} == {}
+    assert {f: n for f, n in functions.items() if n > MAX_FUNCTION_LINES} == {}
+
+
+def test_the_size_check_sees_a_long_function(tmp_path: Path):
+    body = "\n".join(f"    x{i} = {i}" for i in range(MAX_FUNCTION_LINES))
+    (tmp_path / "long.py").write_text(f"def f():\n{body}\n\n\ndef g():\n    return 1\n")
+    modules, functions = sizes(tmp_path)
+    assert modules == {"long": MAX_FUNCTION_LINES + 5}
+    assert functions == {"long:1:f": MAX_FUNCTION_LINES + 1, f"long:{MAX_FUNCTION_LINES + 4}:g": 2}

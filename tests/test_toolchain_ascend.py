@@ -71,8 +71,13 @@ def test_which_triton_without_importing_it():
 
 def test_visible_devices_for_npus():
     env = {"ASCEND_RT_VISIBLE_DEVICES": "4,5,6"}
-    assert devices.visible_devices_env("triton-ascend", 2, env) == {"ASCEND_RT_VISIBLE_DEVICES": "6"}
-    assert devices.visible_devices_env("ascendc", 0, {}) == {"ASCEND_RT_VISIBLE_DEVICES": "0"}
+    assert devices.visible_devices_env(TritonAscendToolchain.device_env_var, 2, env) == {
+        "ASCEND_RT_VISIBLE_DEVICES": "6"
+    }
+    assert devices.visible_devices_env(AscendCToolchain.device_env_var, 0, {}) == {
+        "ASCEND_RT_VISIBLE_DEVICES": "0"
+    }
+    assert devices.visible_devices_env(None, 0, {}) == {}  # a CPU toolchain: no device variable
 
 
 def _build(tmp_path: Path, text: str, name: str):

@@ -185,13 +185,16 @@ def test_bake_moves_the_winner_into_header_and_code(tmp_path):
 
 
 def test_visible_devices_env():
-    assert devices.visible_devices_env("triton", 1, {}) == {"CUDA_VISIBLE_DEVICES": "1"}
-    assert devices.visible_devices_env("triton", 1, {"CUDA_VISIBLE_DEVICES": "2,3"}) == {
+    from pytest_kope.toolchains.c import CToolchain
+
+    var = TritonToolchain.device_env_var
+    assert devices.visible_devices_env(var, 1, {}) == {"CUDA_VISIBLE_DEVICES": "1"}
+    assert devices.visible_devices_env(var, 1, {"CUDA_VISIBLE_DEVICES": "2,3"}) == {
         "CUDA_VISIBLE_DEVICES": "3"
     }
-    assert devices.visible_devices_env("c", 0, {}) == {}
+    assert devices.visible_devices_env(CToolchain.device_env_var, 0, {}) == {}
     with pytest.raises(ValueError, match="out of range"):
-        devices.visible_devices_env("triton", 2, {"CUDA_VISIBLE_DEVICES": "2,3"})
+        devices.visible_devices_env(var, 2, {"CUDA_VISIBLE_DEVICES": "2,3"})
 
 
 def test_sample_ops_pass_through_the_plugin(pytester):

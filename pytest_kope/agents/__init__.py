@@ -1,40 +1,78 @@
-"""Built-in agents, answering `pytest_kope_make_agent` as trylast so plugins can override them."""
+"""The agent registry: built-ins answer `pytest_kope_make_agent` as trylast so plugins can override them.
+
+`--kope-agent KIND[:ARG]` names an agent; `_BUILTIN` maps each built-in KIND to the function that
+makes it from ARG and the config. Adding an agent: its own module and one line there (or, from a
+plugin or conftest, the hook `pytest_kope_make_agent`).
+"""
 
 from __future__ import annotations
 
 import os
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from ..errors import ConfigError
 
+if TYPE_CHECKING:
+    from .base import Agent
+
+
+def _no_arg(kind: str, arg: str) -> None:
+    if arg:
+        raise ConfigError(f"--kope-agent {kind} takes no argument, got {kind}:{arg}")
+
+
+def _tuner(arg: str, config: pytest.Config) -> Agent:
+    _no_arg("tuner", arg)
+    from ..settings import SEED
+    from .tuner import Tuner
+
+    return Tuner(seed=config.stash.get(SEED, 0), explore_rate=explore_rate(config))
+
+
+def _replay(arg: str, config: pytest.Config) -> Agent:
+    if not arg:
+        raise ConfigError("--kope-agent replay needs a folder: --kope-agent replay:DIR")
+    from .replay import Replay
+
+    return Replay(arg, rootdir=config.rootpath)
+
+
+def _claude(arg: str, config: pytest.Config) -> Agent:
+    _no_arg("claude", arg)
+    from .claude import ClaudeAgent
+
+    model = config.getoption("kope_model") or config.getini("kope_model") or os.environ.get("KOPE_MODEL")
+    return ClaudeAgent(
+        model=model or None,
+        api_key=os.environ.get("ANTHROPIC_API_KEY"),
+        base_url=os.environ.get("ANTHROPIC_BASE_URL"),
+        max_tokens_run=config.getoption("kope_max_tokens") or config.getini("kope_max_tokens") or None,
+    )
+
+
+_BUILTIN: dict[str, Callable[[str, pytest.Config], Agent]] = {
+    "tuner": _tuner,
+    "claude": _claude,
+    "replay": _replay,
+}
+
+
+def names() -> list[str]:
+    """The built-in agents' kinds."""
+    return list(_BUILTIN)
+
 
 @pytest.hookimpl(trylast=True)
 def pytest_kope_make_agent(name: str, config: pytest.Config) -> Any:
+    """The built-in agent `name` names (`auto`: claude with ANTHROPIC_API_KEY, else tuner), or None."""
     if name == "auto":
         name = "claude" if os.environ.get("ANTHROPIC_API_KEY") else "tuner"
-    if name == "tuner":
-        from .tuner import Tuner
-
-        return Tuner(seed=config.stash.get(_seed_key(), 0), explore_rate=explore_rate(config))
-    if name.startswith("replay:"):
-        from .replay import Replay
-
-        return Replay(name.partition(":")[2], rootdir=config.rootpath)
-    if name == "claude":
-        from .claude import ClaudeAgent
-
-        model = config.getoption("kope_model") or config.getini("kope_model") or os.environ.get("KOPE_MODEL")
-        return ClaudeAgent(
-            model=model or None,
-            api_key=os.environ.get("ANTHROPIC_API_KEY"),
-            base_url=os.environ.get("ANTHROPIC_BASE_URL"),
-            max_tokens_run=config.getoption("kope_max_tokens") or config.getini("kope_max_tokens") or None,
-        )
-    if name in ("replay", "replay:"):
-        raise ConfigError("--kope-agent replay needs a folder: --kope-agent replay:DIR")
-    return None
+    kind, _, arg = name.partition(":")
+    make = _BUILTIN.get(kind)
+    return make(arg, config) if make is not None else None
 
 
 def explore_rate(config: pytest.Config) -> float:
@@ -51,9 +89,3 @@ def explore_rate(config: pytest.Config) -> float:
     if not 0.0 <= rate <= 1.0:
         raise ConfigError(f"--kope-explore takes a share between 0 and 1, got {rate}")
     return rate
-
-
-def _seed_key():
-    from ..settings import SEED
-
-    return SEED

@@ -26,6 +26,9 @@ class OperatorInfo:
     space: TuningSpace  # declared by the committed source
     kernels: tuple[str, ...]  # declared kernel prototypes: the contract a candidate must keep
     tests: dict[str, str] = field(default_factory=dict)  # test file path -> source text
+    # the toolchain's own source screen (Toolchain.screen), for agents that check a draft before
+    # submitting it; None: no early check (the judge screens every candidate anyway)
+    screen: Callable[[Candidate], list[str]] | None = None
 
 
 @dataclass
@@ -40,11 +43,12 @@ class Context:
     budget_left: int  # evaluations left for this operator
     recall: Callable[..., Any]  # recall(state=..., budget=...) -> memory.recall.Recall
     seen: Callable[[str], bool]  # is a candidate hash already in the graph for this task?
-    tokens_left: int | None = None  # for LLM agents: the run's remaining token cap
 
 
 @runtime_checkable
 class Agent(Protocol):
+    """What proposes candidates: see `propose` and `observe`; made by `pytest_kope_make_agent`."""
+
     name: str
 
     def propose(self, ctx: Context, n: int) -> list[Candidate]:

@@ -18,6 +18,8 @@ from .base import Context
 
 
 class Replay:
+    """Proposes the candidates recorded in a folder, `DIR/<operator>/<name>.<ext>`, each once."""
+
     name = "replay"
     # A folder is a fixed list that the user wants judged whole (a CI replay, a suite of hand-written
     # variants): --kope-patience does not cut it short; the budget still caps it.
@@ -41,7 +43,7 @@ class Replay:
             if folder.is_dir()
             else []
         )
-        out = []
+        out: list[Candidate] = []
         for path in files:
             if path in self.proposed:
                 continue

@@ -54,6 +54,8 @@ class _Search:
 
 
 class Tuner:
+    """Searches the tuning space the source declares, ordered by the experience graph."""
+
     name = "tuner"
 
     def __init__(

@@ -1,0 +1,1 @@
+"""The judge: isolation, phases, paired timing, verification (controller and child sides)."""

@@ -22,6 +22,7 @@ DEFAULT_RTOL = 1e-2
 
 
 def is_array(value: Any) -> bool:
+    """Whether a kernel argument is an array (numpy or a device tensor), not a scalar."""
     return isinstance(value, np.ndarray) or hasattr(value, "detach")
 
 
@@ -36,6 +37,7 @@ def host(value: Any) -> np.ndarray | None:
 
 
 def host_copy(value: Any) -> np.ndarray | None:
+    """A host copy of an array argument, or None for a scalar."""
     h = host(value)
     return None if h is None else np.array(h, copy=True)
 
@@ -60,6 +62,7 @@ def assign(target: Any, source: np.ndarray) -> None:
 
 
 def poison(value: Any) -> None:
+    """Fill an output with a pattern no correct kernel leaves behind (NaN for float tensors)."""
     if isinstance(value, np.ndarray):
         if value.dtype in POISON:
             value.view(POISON[value.dtype].dtype)[...] = POISON[value.dtype]
@@ -82,6 +85,7 @@ def unwritten(value: Any) -> int:
 
 
 def digest(value: Any) -> int:
+    """A checksum of an array's bytes, to see whether it changed."""
     h = host(value)
     return zlib.crc32(np.ascontiguousarray(h).view(np.uint8)) if h is not None else 0
 

@@ -21,6 +21,8 @@ from .stats import Stats
 
 @dataclass
 class BenchRecord:
+    """One kernel's timing in a plain run: the test and its median per call."""
+
     test: str
     function: str
     stats: Stats
@@ -29,6 +31,8 @@ class BenchRecord:
 
 @dataclass
 class PairedRecord:
+    """One paired timing in a judging child: candidate against reference, interleaved rounds."""
+
     timing: Timing
     suspect: str = ""  # faster than physics allows: why
     mismatch: str = ""  # the candidate's timed outputs differ from the reference's: why
@@ -50,7 +54,9 @@ class BenchSession:
 
 
 class Bench:
-    def __init__(self, nodeid: str, timer: Timer, session: BenchSession, skip):
+    """The `kope_bench` fixture's callable: times a kernel call with the toolchain's timer."""
+
+    def __init__(self, nodeid: str, timer: Timer, session: BenchSession, skip: Callable[[str], Any]):
         self.nodeid, self.timer, self.session, self._skip = nodeid, timer, session, skip
 
     def __call__(self, function: Any, *args: Any) -> Any:

@@ -21,11 +21,15 @@ from pathlib import Path
 
 @dataclass(frozen=True)
 class Failure:
+    """A build that failed in the cache: its outcome kind and message."""
+
     kind: str  # compile_failed | rejected | crashed
     message: str
 
 
 class BuildCache:
+    """The run's read-only cache of built candidates, filled by build steps before judging."""
+
     def __init__(self, name: str):
         self.root = Path(tempfile.mkdtemp(prefix=f"kope-{name}-builds-"))
         self.keys: dict[str, str] = {}  # candidate hash -> key of its folder in the cache

@@ -6,33 +6,21 @@ import os
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import cast
 
 import pytest
 
 from ..candidate import Candidate
-from ..errors import BuildError, KopeError, LibraryRejected, ToolchainMissing
+from ..errors import BuildError, BuildFailed, KopeError, LibraryRejected
 from ..operator import Operator
 from ..paths import kope_dir
 from ..spec import KernelSpec, parse_spec
+from ..toolchains import toolchain_of
 from ..toolchains.base import Kernel, Toolchain
 
-_TOOLCHAINS = pytest.StashKey[dict]()
 # candidate hash -> (outcome kind, message) of a failed build, for the judging child's typed events
 FAILED_BUILDS: dict[str, tuple[str, str]] = {}
 BUILD_SECONDS: list[float] = []  # wall time of each build (or cache load) in this process, for the bench
-
-
-def toolchain_of(config: pytest.Config, name: str) -> Toolchain:
-    made = config.stash.setdefault(_TOOLCHAINS, {})
-    if name not in made:
-        tc = config.hook.pytest_kope_make_toolchain(name=name, config=config)
-        if tc is None:
-            known = sorted(
-                {n for names in config.hook.pytest_kope_toolchain_names(config=config) for n in names}
-            )
-            raise ToolchainMissing(f"no toolchain named {name!r} (known: {', '.join(known)})")
-        made[name] = tc
-    return made[name]
 
 
 def interface_of(op: Operator, candidate: Candidate) -> KernelSpec:
@@ -72,15 +60,16 @@ def build_dir_for(config: pytest.Config, tc: Toolchain, candidate: Candidate, in
 
 
 def build_cached(config: pytest.Config, op: Operator, candidate: Candidate) -> Kernel:
-    """Build once per process; a failure becomes a test error naming the operator and the file."""
+    """Build once per process; a failure raises BuildFailed naming the operator and the file (the
+    `kernel` fixture's border makes it the test's failure)."""
     from ..settings import BUILT
 
     built = config.stash[BUILT]
     if candidate.hash in built:
         kernel = built[candidate.hash]
         if isinstance(kernel, Exception):
-            pytest.fail(str(kernel), pytrace=False)
-        return kernel
+            raise BuildFailed(str(kernel))
+        return cast(Kernel, kernel)
     started = time.monotonic()
     try:
         tc = toolchain_of(config, candidate.toolchain)
@@ -93,7 +82,7 @@ def build_cached(config: pytest.Config, op: Operator, candidate: Candidate) -> K
         kind, message = build_failure(op, candidate, e)
         FAILED_BUILDS[candidate.hash] = (kind, message)
         built[candidate.hash] = KopeError(message)
-        pytest.fail(message, pytrace=False)
+        raise BuildFailed(message) from None
     finally:
         BUILD_SECONDS.append(time.monotonic() - started)
     built[candidate.hash] = kernel

@@ -24,6 +24,7 @@ from .protocol import read_key, sign
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
+    """--kope-child FILE: this pytest process is a judging child with that request."""
     parser.addoption("--kope-child", dest="kope_child", help="(internal) judging spec for a child process")
 
 
@@ -79,7 +80,11 @@ class Child:
             event="collected",
             t=time.monotonic(),
             items=[
-                {"id": i.nodeid, "test": base_nodeid(i.nodeid), "fresh": "kope_seed" in i.fixturenames}
+                {
+                    "id": i.nodeid,
+                    "test": base_nodeid(i.nodeid),
+                    "fresh": "kope_seed" in getattr(i, "fixturenames", ()),
+                }
                 for i in keep
             ],
         )
@@ -109,7 +114,7 @@ class Child:
             self.recorder.test = base_nodeid(nodeid)
 
     @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo) -> Any:
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
         report = yield
         if call.excinfo is not None:
             self.kinds[item.nodeid] = call.excinfo.typename
@@ -184,6 +189,7 @@ class Child:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    """Register the child plugin when --kope-child is given."""
     path = config.getoption("kope_child")
     if path:
         guards.PROBE = True  # results must follow the data, not the buffers' addresses

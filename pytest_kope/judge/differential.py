@@ -47,6 +47,8 @@ MAX_CALLS = 64
 
 @dataclass
 class Recorded:
+    """The committed kernel's recorded calls: inputs on disk, outputs held by the controller."""
+
     function: KernelFunction
     test: str
     inputs: dict[int, np.ndarray]  # arg index -> host copy before the call (IN and INOUT)

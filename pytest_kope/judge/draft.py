@@ -32,6 +32,8 @@ _HAS_INCLUDE = re.compile(r"__has_(include_next|include|embed)\s*\(\s*([^)\n]*)"
 
 @dataclass(frozen=True)
 class Checked:
+    """The verdict of a compile check on a draft: ok, the compiler output, or why it was not run."""
+
     ok: bool
     reason: str = ""  # written here (a refusal, a time-out): safe to show as it is
     output: str = ""  # the compiler's messages: produced from the draft, untrusted

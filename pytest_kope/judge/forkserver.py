@@ -45,12 +45,14 @@ PR_SET_DUMPABLE = 4
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
+    """--kope-serve: this pytest process is a fork server."""
     parser.addoption(
         "--kope-serve", dest="kope_serve", help="(internal) REQ_FD,REPLY_FD,SEEDS,JAILED: be a fork server"
     )
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    """Register the fork server when --kope-serve is given."""
     given = config.getoption("kope_serve")
     if given:
         requests, replies, seeds, jailed = (int(x) for x in given.split(","))
@@ -58,6 +60,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 class Server:
+    """A warm pytest process that forks one judging child per request."""
+
     def __init__(self, requests: int, replies: int, seeds: int, jailed: bool):
         self.requests, self.replies, self.seeds, self.jailed = requests, replies, max(1, seeds), jailed
 
@@ -183,7 +187,8 @@ def bind(items: list[pytest.Item], candidate: Candidate, seeds: list[int], defau
 
 def build(session: pytest.Session, request: dict[str, Any]) -> int:
     """Compile and screen a candidate into `builds/` here; load nothing. Reports `built` or `build_failed`."""
-    from .building import build_failure, interface_of, toolchain_of
+    from ..toolchains import toolchain_of
+    from .building import build_failure, interface_of
 
     spec = request["spec"]
     op, candidate = Operator.from_json(spec["operator"]), Candidate.from_json(spec["candidate"])
@@ -205,7 +210,8 @@ def build(session: pytest.Session, request: dict[str, Any]) -> int:
 def _build_key(session: pytest.Session, request: dict[str, Any]) -> tuple[Any, str] | None:
     """(toolchain, the cache key) a build step's output must have, decided here, before the fork; None
     when the header does not parse (the step reports why)."""
-    from .building import interface_of, toolchain_of
+    from ..toolchains import toolchain_of
+    from .building import interface_of
 
     spec = request["spec"]
     op, candidate = Operator.from_json(spec["operator"]), Candidate.from_json(spec["candidate"])
@@ -220,7 +226,8 @@ def _warm(session: pytest.Session) -> None:
     """Fill the caches every child would fill alike (toolchains, compiler versions, the committed
     kernels' cache keys) once, here; nothing is built or loaded."""
     from ..operator import operator_of
-    from .building import interface_of, toolchain_of
+    from ..toolchains import toolchain_of
+    from .building import interface_of
 
     try:  # cffi's first cdef imports pycparser and builds its tables: tens of ms in every child
         import cffi

@@ -45,11 +45,13 @@ def _lib() -> Any:
 
 
 def read() -> int | None:
+    """The x86 MXCSR control bits, or None where they cannot be read."""
     lib = _lib()
     return int(lib.kope_getcsr()) if lib is not None else None
 
 
 def write(value: int) -> None:
+    """Set the x86 MXCSR register (restores what a kernel changed)."""
     lib = _lib()
     if lib is not None:
         lib.kope_setcsr(value)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -31,8 +31,8 @@ from . import arrays, fpstate
 SETTLE_S = 0.002
 PROBE = False  # switched on in judging children only: plain runs pay nothing
 PROBE_MAX_BYTES = 64 << 20  # remember calls up to this size for the address probe
-RECORDER: Callable[[KernelFunction, tuple, dict[int, np.ndarray]], None] | None = None
-_LAST: dict[tuple, tuple[dict[int, np.ndarray], dict[int, np.ndarray]]] = {}
+RECORDER: Callable[[KernelFunction, tuple[Any, ...], dict[int, Any]], None] | None = None
+_LAST: dict[tuple[Any, ...], tuple[dict[int, np.ndarray], dict[int, np.ndarray]]] = {}
 
 
 @dataclass
@@ -40,7 +40,7 @@ class Call:
     """One kernel call as the guards see it."""
 
     function: KernelFunction
-    values: tuple
+    values: tuple[Any, ...]
     state: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -52,6 +52,8 @@ class Call:
 
 
 class PoisonOutputs:
+    """Outputs are poisoned before the call and must be fully written after it."""
+
     needs_clean = False
 
     def before(self, call: Call) -> None:
@@ -64,12 +66,14 @@ class PoisonOutputs:
         for _, arg, value in call.arrays:
             if arg.role != IN and (missing := arrays.unwritten(value)):
                 out.append(
-                    f"left {missing} of {arrays.host(value).size} elements of output {arg.name!r} unwritten"
+                    f"left {missing} of {np.size(arrays.host(value))} elements of output {arg.name!r} unwritten"
                 )
         return out
 
 
 class InputsUnchanged:
+    """Inputs must come back unchanged, unless declared `kope: inplace`."""
+
     needs_clean = False
 
     def before(self, call: Call) -> None:
@@ -84,6 +88,8 @@ class InputsUnchanged:
 
 
 class FloatingPointState:
+    """The floating-point control state (MXCSR) must be left as it was."""
+
     needs_clean = False
 
     def before(self, call: Call) -> None:
@@ -98,6 +104,8 @@ class FloatingPointState:
 
 
 class OutputsSettled:
+    """Outputs must not change after the call returned (a thread still writing)."""
+
     needs_clean = False
 
     def before(self, call: Call) -> None:
@@ -157,8 +165,24 @@ class AddressProbe:
         ]
 
 
+class Guard(Protocol):
+    """One rule of the oracle: `before` prepares a call, `after` says what the call did wrong."""
+
+    needs_clean: bool  # skip `after` once an earlier guard found a problem with this call
+
+    def before(self, call: Call) -> None: ...
+
+    def after(self, call: Call) -> list[str]: ...
+
+
 # Order matters only for the reports: the first violation found is the one named first.
-GUARDS = [PoisonOutputs(), InputsUnchanged(), FloatingPointState(), OutputsSettled(), AddressProbe()]
+GUARDS: list[Guard] = [
+    PoisonOutputs(),
+    InputsUnchanged(),
+    FloatingPointState(),
+    OutputsSettled(),
+    AddressProbe(),
+]
 
 
 class GuardedFunction:

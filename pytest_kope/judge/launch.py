@@ -37,6 +37,8 @@ Compare = Callable[[list[dict[str, Any]], Path], list[str]]  # (events, replayed
 
 
 class Launcher:
+    """Starts judging children: forked from warm servers, or fresh sandboxed processes."""
+
     def __init__(self, plan: Any):
         self.plan = plan
         self.forking = bool(plan.fork_server) and plan.operator.toolchain in FORK_SAFE
@@ -171,7 +173,7 @@ class Launcher:
             **plan.toolchain_env,
             "KOPE_BUILD_DIR": str(work / "builds"),
             "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
-            **(visible_devices_env(plan.operator.toolchain, device) if device is not None else {}),
+            **(visible_devices_env(plan.device_env_var, device) if device is not None else {}),
             **(_oversubscribed(plan.toolchain_env) if correctness else {}),
         }
         if cached and self.cache is not None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
 
 from ..candidate import Candidate
 
@@ -43,6 +42,8 @@ class Timing:
 
 @dataclass
 class Judged:
+    """The verdict on one candidate: outcome, failures, timings and notes."""
+
     candidate: Candidate
     outcome: Outcome
     failures: list[str] = field(default_factory=list)  # "test id: trimmed message"
@@ -52,7 +53,6 @@ class Judged:
     speedup: float | None = None  # against the original baseline (product of ratios along the lineage)
     seconds: float = 0.0  # wall time spent judging
     notes: list[str] = field(default_factory=list)
-    extra: dict[str, Any] = field(default_factory=dict)
     # not stored: what the judge needs between steps of one judgement
     failed_runs: list[tuple[str, int | None]] = field(default_factory=list, repr=False)  # (test, seed)
     differential: list[str] = field(default_factory=list, repr=False)  # the differential check's findings

@@ -38,6 +38,7 @@ def read_key(fd: int | None) -> bytes:
 
 
 def sign(key: bytes, payload: str) -> str:
+    """The payload with an HMAC of it under `key`, as one line."""
     return hmac.new(key, payload.encode(), hashlib.sha256).hexdigest() + " " + payload
 
 

@@ -16,6 +16,7 @@ import queue
 import random
 import shutil
 import tempfile
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,10 +54,13 @@ class Plan:
     fork_server: bool = True  # judge in children forked from warm servers, built once (launch.py)
     min_gain: float = 0.05  # the gain a paired timing must decide (`--kope-min-gain`)
     sequential: bool = True  # paired rounds stop once the 95% bound decides (else they run to the cap)
+    device_env_var: str | None = None  # the toolchain's variable that pins a child to one device
 
 
 class Judge:
-    def __init__(self, plan: Plan, screen):
+    """Judges candidates for one operator: correctness in parallel children, then paired timing."""
+
+    def __init__(self, plan: Plan, screen: Callable[[Candidate], list[str]]):
         self.plan = plan
         self.screen = screen  # toolchain.screen
         self.free_devices: queue.Queue[int | None] = queue.Queue()

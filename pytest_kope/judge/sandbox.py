@@ -15,7 +15,7 @@ import subprocess
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ConfigError
@@ -34,23 +34,14 @@ KEEP = (
     "OMP_NUM_THREADS",
     "OPENBLAS_CORETYPE",
     "OPENBLAS_L2_SIZE",
-    "TRITON_INTERPRET",
-    "CUDA_VISIBLE_DEVICES",
-    "ASCEND_RT_VISIBLE_DEVICES",
-    "ASCEND_HOME_PATH",
-    "ASCEND_TOOLKIT_HOME",  # CANN's set_env.sh: the toolkit, its operator and AI CPU paths
-    "ASCEND_OPP_PATH",
-    "ASCEND_AICPU_PATH",
-    "SOC_VERSION",  # the chip an Ascend C kernel is built for, from the CI job's env
-    "KOPE_ASCEND_TARGET",
     "LD_LIBRARY_PATH",
-    "TORCH_DEVICE_BACKEND_AUTOLOAD",
-    "KOPE_C_SCREEN_BINARY",
-)
+)  # what a toolchain's children need besides comes through the plan: Toolchain.passed_env()
 
 
 @dataclass(frozen=True)
 class Limits:
+    """The resource limits of a judging child."""
+
     wall_s: float = 120.0
     cpu_s: int = 600
     address_space: int = 8 << 30
@@ -64,11 +55,12 @@ class Limits:
 
 @dataclass
 class Finished:
+    """How a sandboxed process ended: status, time-out, wall time and its output's tail."""
+
     returncode: int
     timed_out: bool
     wall_s: float
     output: str  # stdout+stderr tail
-    isolation: list[str] = field(default_factory=list)
 
     @property
     def signal(self) -> int | None:
@@ -106,6 +98,7 @@ def bubblewrap() -> tuple[str | None, str]:
 
 @functools.lru_cache(maxsize=1)
 def pids_cgroup_root() -> Path | None:
+    """A writable cgroup with a pids controller to contain fork bombs, or None."""
     for root in (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup")):
         if (root / "cgroup.procs").exists() and os.access(root, os.W_OK):
             probe = root / f"kope-probe-{os.getpid()}"
@@ -141,6 +134,7 @@ def _sweep_stale_cgroups(root: Path) -> None:
 
 
 def isolation_summary() -> list[str]:
+    """One line per layer of isolation available here, for the report."""
     jail, why = bubblewrap()
     lines = [why]
     lines.append(
@@ -200,7 +194,7 @@ def jail_command(
 class Started:
     """A sandboxed process on its way: what `wait` and `kill` need."""
 
-    proc: subprocess.Popen
+    proc: subprocess.Popen[bytes]
     cgroup: Path | None
     jailed: bool
     log: Path

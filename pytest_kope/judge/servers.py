@@ -35,6 +35,8 @@ class ServerDied(Exception):
 
 
 class ForkServer:
+    """The controller's handle on one fork server: its pipes and its process."""
+
     def __init__(self, plan: Any, index: int):
         self.plan, self.index = plan, index
         self.root = Path(tempfile.mkdtemp(prefix=f"kope-{plan.operator.name}-server{index}-"))
@@ -141,7 +143,8 @@ class ForkServer:
                 raise ServerDied(f"the fork server ended ({code})")
             self.buffer += chunk
         line, _, self.buffer = self.buffer.partition(b"\n")
-        return json.loads(line)
+        reply: dict[str, Any] = json.loads(line)
+        return reply
 
     def _exit_status(self) -> str:
         try:
@@ -169,7 +172,7 @@ class ForkServer:
             self.started = None
 
     def close(self) -> None:
-        if self.alive:
+        if self.alive and self.started is not None:
             try:
                 os.write(self.requests, b'{"op": "stop"}\n')
                 self.started.proc.wait(timeout=5)

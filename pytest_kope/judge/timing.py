@@ -29,6 +29,8 @@ IN, OUT, INOUT, SCALAR = "in", "out", "inout", "scalar"  # the roles of toolchai
 
 @dataclass(frozen=True)
 class Budget:
+    """How long a timing may take: rounds, calls per round, wall time."""
+
     warmup: int = 1  # calls before measuring (first-touch page faults, lazy binding, caches)
     min_round_s: float = 0.005  # calibrate calls per round so a round lasts at least this
     min_rounds: int = 5
@@ -60,6 +62,7 @@ def decided(min_gain: float) -> Stop:
 
 
 def last_level_cache_bytes() -> int:
+    """The size of this machine's last-level cache, in bytes."""
     from .caches import last_level_cache_bytes as found  # sysfs, lscpu, sysconf, then a generous guess
 
     return found()
@@ -161,6 +164,7 @@ def calibrate(fn: Call, rotation: Rotation, clock, sync, budget: Budget) -> int:
 def measure(
     fn: Call, args: Sequence[object], clock, sync, budget: Budget = PLAIN, roles: Sequence[str] | None = None
 ) -> Stats:
+    """Time one kernel call: warm-up, calibrated rounds, the median per call."""
     rotation = Rotation(args, roles)
     rotation.prepare(rotation.factors())
     n = calibrate(fn, rotation, clock, sync, budget)
@@ -175,6 +179,8 @@ def measure(
 
 @dataclass(frozen=True)
 class Paired:
+    """Candidate and reference timed in interleaved rounds: the ratio and its bounds."""
+
     reference: Stats
     candidate: Stats
     ratio: PairedRatio

@@ -17,60 +17,106 @@ def interpret(
 
     Every selected test must have been collected, and every item the child collected for it (one per
     seed for a test that takes fresh inputs, one for a test that makes its own) must have passed.
+    The stages below run in order; the first that finds a fault decides the outcome.
     """
-    started = [e["test"] for e in events if e["event"] == "start"]
-    reports = [e for e in events if e["event"] == "report"]
-    failed = [e for e in reports if e["outcome"] == "failed"]
-    calls = [e for e in reports if e["outcome"] == "passed" and e["when"] == "call"]
-    passed = {e.get("id", e["test"]) for e in calls}
-    skipped = {e.get("id", e["test"]): e for e in reports if e["outcome"] == "skipped"}
+    run = _Run(finished, events, tests)
     judged = Judged(
-        candidate, Outcome.OK, tests_passed=sorted({e["test"] for e in calls}), seconds=finished.wall_s
+        candidate, Outcome.OK, tests_passed=sorted({e["test"] for e in run.calls}), seconds=finished.wall_s
     )
-    last = started[-1] if started else "collection"
+    for stage in (_killed, _build_failed, _tests_failed, _unfinished, _incomplete):
+        if stage(judged, run):
+            return judged
+    _timed(judged, run)
+    return judged
+
+
+class _Run:
+    """A child's events, sorted once for the stages."""
+
+    def __init__(self, finished: sandbox.Finished, events: list[dict[str, Any]], tests: list[str]):
+        self.finished, self.events, self.tests = finished, events, tests
+        started = [e["test"] for e in events if e["event"] == "start"]
+        self.last = started[-1] if started else "collection"
+        reports = [e for e in events if e["event"] == "report"]
+        self.failed = [e for e in reports if e["outcome"] == "failed"]
+        self.calls = [e for e in reports if e["outcome"] == "passed" and e["when"] == "call"]
+        self.passed = {e.get("id", e["test"]) for e in self.calls}
+        self.skipped = {e.get("id", e["test"]): e for e in reports if e["outcome"] == "skipped"}
+
+    def tail(self) -> str:
+        return _tail(self.finished.output)
+
+
+def _killed(judged: Judged, run: _Run) -> bool:
+    """Out of wall time, killed by a signal, or an exit status no pytest run gives."""
+    finished = run.finished
     if finished.timed_out:
         judged.outcome = Outcome.TIMEOUT
-        judged.failures = [f"{last}: no result after {finished.wall_s:.0f} s (wall-clock limit); killed"]
-        return judged
+        judged.failures = [f"{run.last}: no result after {finished.wall_s:.0f} s (wall-clock limit); killed"]
+        return True
     sig = finished.signal
-    if sig is not None or (finished.returncode not in (0, 1) and not failed):
+    if sig is not None or (finished.returncode not in (0, 1) and not run.failed):
         name = signal.Signals(sig).name if sig else f"exit status {finished.returncode}"
         judged.outcome = Outcome.TIMEOUT if sig == signal.SIGXCPU else Outcome.CRASHED
-        judged.failures = [f"{last}: process killed by {name}" + _tail(finished.output)]
-        return judged
-    builds = [e for e in events if e["event"] == "build_failed" and e["candidate"] == candidate.hash]
-    if builds:
-        judged.outcome = Outcome.REJECTED if builds[0]["kind"] == "rejected" else Outcome.COMPILE_FAILED
-        judged.build_log = builds[0]["message"]
-        judged.failures = [builds[0]["message"]]
-        return judged
-    for e in failed:
+        judged.failures = [f"{run.last}: process killed by {name}" + run.tail()]
+        return True
+    return False
+
+
+def _build_failed(judged: Judged, run: _Run) -> bool:
+    h = judged.candidate.hash
+    builds = [e for e in run.events if e["event"] == "build_failed" and e["candidate"] == h]
+    if not builds:
+        return False
+    judged.outcome = Outcome.REJECTED if builds[0]["kind"] == "rejected" else Outcome.COMPILE_FAILED
+    judged.build_log = builds[0]["message"]
+    judged.failures = [builds[0]["message"]]
+    return True
+
+
+def _tests_failed(judged: Judged, run: _Run) -> bool:
+    for e in run.failed:
         judged.failed_runs.append((e["test"], e.get("seed") if e["when"] == "call" else None))
         judged.failures.append(f"{e['test']}: {e['message'].strip()}")
         if judged.outcome == Outcome.OK:
             judged.outcome = _FAILURE_KINDS.get(e["kind"], Outcome.RUNTIME_FAILED)
-    if judged.outcome != Outcome.OK:
-        judged.failures = _dedupe(judged.failures)
-        return judged
-    if not any(e["event"] == "done" for e in events):
+    if judged.outcome == Outcome.OK:
+        return False
+    judged.failures = _dedupe(judged.failures)
+    return True
+
+
+def _unfinished(judged: Judged, run: _Run) -> bool:
+    """The child never said it was done, or every test skipped."""
+    if not any(e["event"] == "done" for e in run.events):
         judged.outcome = Outcome.CRASHED
-        judged.failures = [f"{last}: the test process ended without finishing" + _tail(finished.output)]
-        return judged
-    if skipped and not passed:
-        first = next(iter(skipped.values()))
+        judged.failures = [f"{run.last}: the test process ended without finishing" + run.tail()]
+        return True
+    if run.skipped and not run.passed:
+        first = next(iter(run.skipped.values()))
         judged.outcome = Outcome.RUNTIME_FAILED
         judged.failures = [f"all tests skipped: {first['message'] or 'see log'}"]
-        return judged
-    collected = [i for e in events if e["event"] == "collected" for i in e["items"]]
+        return True
+    return False
+
+
+def _incomplete(judged: Judged, run: _Run) -> bool:
+    """A selected test not collected, or a collected item (per seed) without a passing result."""
+    collected = [i for e in run.events if e["event"] == "collected" for i in e["items"]]
     judged.fixed_inputs = sorted({i["test"] for i in collected if not i["fresh"]})
-    missing = sorted(set(tests) - {i["test"] for i in collected})
-    unpassed = [i["id"] for i in collected if i["id"] not in passed and i["id"] not in skipped]
-    if missing or unpassed:
-        judged.outcome = Outcome.RUNTIME_FAILED
-        what = f"not collected: {missing[0]}" if missing else f"no passing result for {unpassed[0]}"
-        judged.failures = [f"{what} ({len(missing) + len(unpassed)} in all)" + _tail(finished.output)]
-        return judged
-    for e in events:
+    missing = sorted(set(run.tests) - {i["test"] for i in collected})
+    unpassed = [i["id"] for i in collected if i["id"] not in run.passed and i["id"] not in run.skipped]
+    if not (missing or unpassed):
+        return False
+    judged.outcome = Outcome.RUNTIME_FAILED
+    what = f"not collected: {missing[0]}" if missing else f"no passing result for {unpassed[0]}"
+    judged.failures = [f"{what} ({len(missing) + len(unpassed)} in all)" + run.tail()]
+    return True
+
+
+def _timed(judged: Judged, run: _Run) -> None:
+    """The timings, and what the timed calls' output checks found."""
+    for e in run.events:
         if e["event"] != "timing":
             continue
         judged.timings.append(Timing(**{k: e[k] for k in Timing.__dataclass_fields__}))
@@ -82,7 +128,6 @@ def interpret(
         elif e.get("suspect") and judged.outcome == Outcome.OK:
             judged.outcome = Outcome.SUSPECT
             judged.notes.append(f"suspect: {e['test']}: {e['suspect']}")
-    return judged
 
 
 # What a failed test's exception says about the candidate (anything else: RUNTIME_FAILED).

@@ -13,17 +13,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..candidate import Candidate
+from ..hardware import fingerprint_id
 from ..judge.outcome import Judged, Outcome, Timing
 from .observe import observations_of, token_counts
 from .rows import CORRECT, expand_attempt, new_id, now, writing  # noqa: F401 - CORRECT, now re-exported
 from .schema import EDGE_RELATIONS, open_database
-from .scope import hardware_key, hardware_row
+from .scope import hardware_row
 
 if TYPE_CHECKING:
     from .recall import Recall, RecallQuery
 
 
 def text_hash(text: str) -> str:
+    """The content hash naming a source text in the graph."""
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -160,7 +162,7 @@ class Graph:
 
     def ceilings(self, hardware: Mapping[str, Any]) -> dict[str, Any] | None:
         """The stored physics ceilings of this hardware (Ceilings.to_json()), or None."""
-        row = self.one("SELECT data FROM ceilings WHERE hardware_id = ?", (hardware_key(hardware),))
+        row = self.one("SELECT data FROM ceilings WHERE hardware_id = ?", (fingerprint_id(hardware),))
         return json.loads(row["data"]) if row else None
 
     def save_ceilings(self, hardware: Mapping[str, Any], data: Mapping[str, Any]) -> None:
@@ -209,7 +211,6 @@ class Graph:
                 "speedup": judged.speedup,
                 "seconds": judged.seconds,
                 "tests_passed": _json(judged.tests_passed),
-                "extra": _json(judged.extra),
                 "distilled": 0,
                 "created": now(),
             }
@@ -278,7 +279,6 @@ class Graph:
             speedup=row["speedup"],
             seconds=row["seconds"] or 0.0,
             notes=[o["text"] for o in obs if o["kind"] == "note"],
-            extra=row["extra"],
         )
 
     def observations(self, attempt_id: int) -> list[dict[str, Any]]:

@@ -59,10 +59,12 @@ class Evidence:
 
 
 def idea_key(idea: str) -> str:
+    """The key a lesson about an idea is stored under (its normalized text)."""
     return re.sub(r"\s+", " ", idea.strip().lower())[:IDEA_KEY_CHARS]
 
 
 def param_key(name: str, value: Any) -> str:
+    """The key a lesson about a tuning value is stored under, e.g. 'BLOCK=16'."""
     return f"{name}={value}"
 
 

@@ -19,6 +19,8 @@ def _trim(log: str) -> str:
 
 
 def token_counts(usage: Mapping[str, Any]) -> dict[str, int]:
+    """An API usage record as token counts by kind."""
+
     def get(*names: str) -> int:
         return int(next((usage[n] for n in names if usage.get(n) is not None), 0))
 

@@ -19,10 +19,10 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..hardware import fingerprint_id
 from .lessons import marks_losing
 from .rows import CORRECT
 from .scope import (
-    hardware_key,
     hardware_label,
     hardware_relation,
     hardware_row,
@@ -39,12 +39,18 @@ LESSON_SHARE = 0.6  # of a token budget, what lessons may take; exemplars get th
 _STOP = {"the", "and", "with", "for", "yet", "not", "but", "from", "this", "that", "was", "has"}
 
 
+CHARS_PER_TOKEN = 4  # a conservative estimate for code and English: every token budget counts with it
+
+
 def tokens(text: str) -> int:
-    return len(text) // 4
+    """A text's size in tokens, estimated with CHARS_PER_TOKEN."""
+    return len(text) // CHARS_PER_TOKEN
 
 
 @dataclass
 class RecallQuery:
+    """What to recall: for which operator, hardware and state, within which budget."""
+
     operator: str
     family: str
     hardware: dict[str, Any]
@@ -56,6 +62,8 @@ class RecallQuery:
 
 @dataclass
 class RecalledLesson:
+    """A lesson as recalled: its text, score and where it was learned."""
+
     id: int
     text: str
     score: float
@@ -81,6 +89,8 @@ class RecalledLesson:
 
 @dataclass
 class Recall:
+    """What recall found: lessons and exemplars, rendered within a token budget."""
+
     lessons: list[RecalledLesson] = field(default_factory=list)
     exemplars: list[dict[str, Any]] = field(default_factory=list)
     seed_points: list[dict[str, Any]] = field(default_factory=list)
@@ -150,7 +160,8 @@ def fts_query(state: str) -> str:
 
 
 def recall(graph: Graph, query: RecallQuery) -> Recall:
-    hw_id = hardware_key(query.hardware)
+    """The lessons and attempts most relevant to the query, within its budget."""
+    hw_id = fingerprint_id(query.hardware)
     arch = hardware_row(query.hardware)["arch"]
     params = {
         "operator": query.operator,
@@ -230,6 +241,11 @@ def _lessons(graph: Graph, query: RecallQuery, params: dict[str, Any]) -> list[R
             )
         )
     scored.sort(key=lambda lesson: (-lesson.score, -lesson.id))
+    return _distinct(scored, query.max_items)
+
+
+def _distinct(scored: list[RecalledLesson], max_items: int) -> list[RecalledLesson]:
+    """The strongest lessons, one per (kind, key, family) and per text, at most `max_items`."""
     kept: list[RecalledLesson] = []
     seen_keys: set[tuple[str, str, str]] = set()
     seen_text: set[str] = set()
@@ -240,7 +256,7 @@ def _lessons(graph: Graph, query: RecallQuery, params: dict[str, Any]) -> list[R
         seen_keys.add(slot)
         seen_text.add(lesson.text)
         kept.append(lesson)
-        if len(kept) >= query.max_items:
+        if len(kept) >= max_items:
             break
     return kept
 
@@ -259,14 +275,7 @@ def _exemplars(
         f" ORDER BY {structure} * min(a.speedup, 100) DESC, a.id LIMIT {max(query.max_items, n) * 2}",
         params,
     )
-    seeds: list[dict[str, Any]] = []
-    seen_points: set[str] = set()
-    for r in best:
-        point = json.loads(r["params"]) if r["params"] else {}
-        key = json.dumps(point, sort_keys=True, default=str)
-        if point and key not in seen_points:
-            seen_points.add(key)
-            seeds.append(point)
+    seeds = _seeds(best)
     failing = f"a.outcome NOT IN ('{CORRECT[0]}', '{CORRECT[1]}', 'suspect')"
     q = fts_query(query.state)
     if q:  # failures whose messages read like the current state, on similar tasks
@@ -309,6 +318,19 @@ def _exemplars(
                 }
             out.append(ex)
     return out[: max(query.max_items, 1)], seeds
+
+
+def _seeds(best: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The distinct tuning points of the best attempts, best first: where a search may start."""
+    seeds: list[dict[str, Any]] = []
+    seen_points: set[str] = set()
+    for r in best:
+        point = json.loads(r["params"]) if r["params"] else {}
+        key = json.dumps(point, sort_keys=True, default=str)
+        if point and key not in seen_points:
+            seen_points.add(key)
+            seeds.append(point)
+    return seeds
 
 
 def _exemplar(kind: str, r: dict[str, Any]) -> dict[str, Any]:

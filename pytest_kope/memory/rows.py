@@ -16,6 +16,7 @@ CORRECT = (Outcome.BETTER.value, Outcome.OK.value)
 
 
 def now() -> str:
+    """The current time as the graph stores it (UTC, ISO 8601)."""
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
@@ -28,7 +29,7 @@ def new_id(table: Table) -> int:
 
 def expand_attempt(row: dict[str, Any]) -> dict[str, Any]:
     """An attempts row with its JSON columns decoded."""
-    for name, empty in (("params", {}), ("tests_passed", []), ("extra", {})):
+    for name, empty in (("params", {}), ("tests_passed", [])):
         if name in row:
             row[name] = json.loads(row[name]) if row[name] else empty
     return row

@@ -30,7 +30,6 @@ from sqlite_utils.migrations import Migrations
 migrations = Migrations("pytest_kope")
 
 EDGE_RELATIONS = ("derived_from", "evaluated_on", "observed", "learned_from", "about", "used_in_context")
-OBSERVATION_KINDS = ("build_log", "test_failure", "timing", "crash", "screen", "note")
 
 
 def open_database(path: Path | str) -> Database:
@@ -51,6 +50,15 @@ def open_database(path: Path | str) -> Database:
 @migrations()
 def m001_core(db: Database) -> None:
     """Hardware, tasks, sources, runs, attempts, observations, lessons, edges, and FTS5 indexes."""
+    _hardware_and_tasks(db)
+    _runs_and_attempts(db)
+    _observations(db)
+    _lessons_and_edges(db)
+    db.table("lessons").enable_fts(["text"], create_triggers=True, tokenize="porter")
+    db.table("observations").enable_fts(["text"], create_triggers=True, tokenize="porter")
+
+
+def _hardware_and_tasks(db: Database) -> None:
     db.table("hardware").create(
         {
             "id": str,
@@ -80,6 +88,9 @@ def m001_core(db: Database) -> None:
         foreign_keys=[("hardware_id", "hardware", "id")],
     )
     db.table("tasks").create_index(["operator", "hardware_id", "toolchain"], unique=True)
+
+
+def _runs_and_attempts(db: Database) -> None:
     db.table("sources").create({"hash": str, "text": str, "size": int}, pk="hash")
     db.table("runs").create(
         {
@@ -131,6 +142,9 @@ def m001_core(db: Database) -> None:
     db.table("attempts").create_index(["task_id", "candidate_hash"], unique=True)
     db.table("attempts").create_index(["task_id", "outcome", "speedup"])
     db.table("attempts").create_index(["run_id", "distilled"])
+
+
+def _observations(db: Database) -> None:
     db.table("observations").create(
         {"id": int, "attempt_id": int, "kind": str, "text": str, "data": str},
         pk="id",
@@ -138,6 +152,9 @@ def m001_core(db: Database) -> None:
         foreign_keys=[("attempt_id", "attempts", "id")],
     )
     db.table("observations").create_index(["attempt_id"])
+
+
+def _lessons_and_edges(db: Database) -> None:
     db.table("lessons").create(
         {
             "id": int,
@@ -174,8 +191,6 @@ def m001_core(db: Database) -> None:
     )
     db.table("edges").create_index(["src_kind", "src_id", "rel", "dst_kind", "dst_id", "note"], unique=True)
     db.table("edges").create_index(["dst_kind", "dst_id", "rel"])
-    db.table("lessons").enable_fts(["text"], create_triggers=True, tokenize="porter")
-    db.table("observations").enable_fts(["text"], create_triggers=True, tokenize="porter")
 
 
 @migrations()

@@ -26,13 +26,6 @@ def canonical(data: Any) -> str:
     return json.dumps(data, sort_keys=True, default=str)
 
 
-def hardware_key(fingerprint: Mapping[str, Any]) -> str:
-    """The short content hash naming a fingerprint's identity (pytest_kope.hardware.fingerprint_id):
-    facts derived from others or read from varying sources (the SIMD level, cache sizes) leave it out,
-    so runs on the same machine stay comparable."""
-    return fingerprint_id(fingerprint)
-
-
 def _first(fp: Mapping[str, Any], *names: str) -> Any:
     for name in names:
         if fp.get(name) not in (None, "", [], {}):
@@ -53,7 +46,7 @@ def hardware_row(fingerprint: Mapping[str, Any]) -> dict[str, Any]:
     cores = _first(fp, "cores", "cpu_count", "ncpu")
     compiler = _first(fp, "compiler", "cc", "compilers", "toolchains")
     return {
-        "id": hardware_key(fp),
+        "id": fingerprint_id(fp),
         "arch": str(_first(fp, "arch", "machine", "platform") or ""),
         "model": str(_first(fp, "model", "cpu", "cpu_model", "device", "device_name") or ""),
         "simd": _simd(fp),
@@ -78,6 +71,7 @@ def hardware_label(fingerprint: Mapping[str, Any]) -> str:
 
 
 def operator_relation(operator: str, family: str, other_operator: str, other_family: str) -> str:
+    """How another operator relates to this one: "operator" (the same), "family" or "other"."""
     if operator == other_operator:
         return "operator"
     if family and family == other_family:
@@ -86,6 +80,7 @@ def operator_relation(operator: str, family: str, other_operator: str, other_fam
 
 
 def hardware_relation(hardware_id: str, arch: str, other_id: str, other_arch: str) -> str:
+    """How other hardware relates to this one: "hardware" (the same), "arch" or "other"."""
     if hardware_id == other_id:
         return "hardware"
     if arch and arch == other_arch:

@@ -1,12 +1,25 @@
-"""Built-in toolchains, answering `pytest_kope_make_toolchain` as trylast so plugins can override them."""
+"""The toolchain registry: built-ins answer `pytest_kope_make_toolchain` as trylast so plugins can
+override them; `toolchain_of` makes one by name (once per process), `toolchain_for` finds the one that
+builds a source file by its suffix (`Toolchain.extensions`).
+
+Adding a toolchain: its own module (a `ToolchainBase` subclass) and one line in `_BUILTIN`, or, from a
+plugin or conftest, the two hooks `pytest_kope_make_toolchain` and `pytest_kope_toolchain_names`.
+"""
 
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from ..errors import ToolchainMissing
+
+if TYPE_CHECKING:
+    from .base import Toolchain
+
+_TOOLCHAINS = pytest.StashKey[dict[str, Any]]()
 _BUILTIN = {
     "c": "pytest_kope.toolchains.c:CToolchain",
     "triton": "pytest_kope.toolchains.triton:TritonToolchain",
@@ -17,6 +30,7 @@ _BUILTIN = {
 
 @pytest.hookimpl(trylast=True)
 def pytest_kope_make_toolchain(name: str, config: pytest.Config) -> Any:
+    """The built-in toolchain called `name`, or None."""
     target = _BUILTIN.get(name)
     if target is None:
         return None
@@ -34,5 +48,36 @@ def _ini_lines(config: pytest.Config, name: str) -> list[str]:
         return []
 
 
+@pytest.hookimpl(tryfirst=True)  # built-ins first: they claim their suffixes before a plugin's
 def pytest_kope_toolchain_names(config: pytest.Config) -> list[str]:
+    """The built-in toolchains' names."""
     return list(_BUILTIN)
+
+
+def names(config: pytest.Config) -> list[str]:
+    """Every registered toolchain's name, built-ins first, each once."""
+    found = config.hook.pytest_kope_toolchain_names(config=config)
+    return list(dict.fromkeys(n for listed in found for n in listed))
+
+
+def toolchain_of(config: pytest.Config, name: str) -> Toolchain:
+    """The toolchain called `name`, made through the hook once per process."""
+    made = config.stash.setdefault(_TOOLCHAINS, {})
+    if name not in made:
+        tc = config.hook.pytest_kope_make_toolchain(name=name, config=config)
+        if tc is None:
+            raise ToolchainMissing(f"no toolchain named {name!r} (known: {', '.join(sorted(names(config)))})")
+        made[name] = tc
+    return made[name]  # type: ignore[no-any-return]
+
+
+def toolchain_for(config: pytest.Config, source: Path) -> str | None:
+    """The name of the first registered toolchain whose `extensions` include the source's suffix."""
+    for name in names(config):
+        try:
+            tc = toolchain_of(config, name)
+        except ToolchainMissing:  # listed, but no plugin makes it
+            continue
+        if source.suffix in getattr(tc, "extensions", ()):
+            return name
+    return None

@@ -35,7 +35,7 @@ from ..errors import BuildError, SpecError, ToolchainMissing
 from ..hardware import cpu_fingerprint
 from ..spec import FLAGS, KernelSpec
 from . import devices
-from .base import IN, INOUT, OUT, SCALAR, Availability, Kernel, KernelFunction, Timer
+from .base import IN, INOUT, OUT, SCALAR, Availability, Kernel, KernelFunction, Timer, ToolchainBase
 from .pylaunch import kernel_args, parse_kernel
 from .screening import screen_c_source
 
@@ -182,12 +182,13 @@ def cpu_shim(name: str, args: tuple, types: Mapping[str, str]) -> str:
     )
 
 
-class AscendCToolchain:
+class AscendCToolchain(ToolchainBase):
     """Ascend C with CANN: NPU launches and timing, or CPU-debug correctness where there is no NPU."""
 
     name = "ascendc"
     extensions: tuple[str, ...] = (".cpp", ".asc")
     device_env_var = "ASCEND_RT_VISIBLE_DEVICES"
+    passes_env = devices.CANN_ENV
 
     def _cann(self) -> tuple[Path | None, str, list[str]]:
         home, how = cann_home()

@@ -6,6 +6,7 @@ rebuilds it from its name alone. Built-ins: `c` (always), `triton`, `triton-asce
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -13,7 +14,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from ..candidate import Candidate
-from ..spec import KernelSpec
+from ..spec import KernelSpec, bake_defaults
 
 IN, OUT, INOUT, SCALAR = "in", "out", "inout", "scalar"
 
@@ -47,6 +48,8 @@ class Kernel:
 
 @dataclass(frozen=True)
 class Availability:
+    """Whether a toolchain can build and run here, and why."""
+
     ok: bool
     reason: str  # one line: what was found, or what is missing and how to get it
 
@@ -63,8 +66,14 @@ class Timer:
 
 @runtime_checkable
 class Toolchain(Protocol):
+    """What callers use of a toolchain. Subclass `ToolchainBase` for the defaults of all but the
+    first four (availability, fingerprint, screen, build)."""
+
     name: str
-    extensions: tuple[str, ...]  # source suffixes this toolchain builds by default, e.g. (".c", ".cpp")
+    extensions: tuple[str, ...]  # source suffixes it builds by default, e.g. (".c", ".cpp")
+    device_env_var: str | None  # the variable that pins a process to devices (CUDA_VISIBLE_DEVICES)
+    passes_env: tuple[str, ...]  # variables its judging children need from the controller's environment
+    timed_on_host: bool  # its timings are bound by this machine's measured memory and FMA ceilings
 
     def availability(self) -> Availability:
         """Whether it can build and run here, and why; must have no side effects."""
@@ -82,4 +91,40 @@ class Toolchain(Protocol):
         """The clock that `kope_bench` uses for this toolchain's kernels."""
 
     def environment(self) -> Mapping[str, str]:
-        """Extra environment for judging children (e.g. OMP_WAIT_POLICY=passive)."""
+        """Settings of its own for judging children (e.g. OMP_WAIT_POLICY=passive)."""
+
+    def passed_env(self) -> dict[str, str]:
+        """The controller's values of `passes_env` and `device_env_var`, for judging children."""
+
+    def count_devices(self) -> int:
+        """Accelerators it can judge on here (0 on a CPU): one timing worker each."""
+
+    def bake(self, text: str, params: Mapping[str, Any]) -> str:
+        """The source with a winner's tuning values written in as its defaults (the committed file)."""
+
+
+class ToolchainBase:
+    """Defaults a toolchain shares with most others; a new toolchain subclasses it and sets what differs."""
+
+    name: str = ""
+    extensions: tuple[str, ...] = ()
+    device_env_var: str | None = None
+    passes_env: tuple[str, ...] = ()
+    timed_on_host: bool = False
+
+    def timer(self) -> Timer:
+        return Timer()
+
+    def environment(self) -> Mapping[str, str]:
+        return {}
+
+    def passed_env(self) -> dict[str, str]:
+        """The controller's values of `passes_env` and `device_env_var` that are set."""
+        names = (*self.passes_env, *((self.device_env_var,) if self.device_env_var else ()))
+        return {k: os.environ[k] for k in names if k in os.environ}
+
+    def count_devices(self) -> int:
+        return 0
+
+    def bake(self, text: str, params: Mapping[str, Any]) -> str:
+        return bake_defaults(text, params)

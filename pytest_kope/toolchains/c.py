@@ -21,7 +21,7 @@ from ..candidate import Candidate
 from ..errors import BuildError, LibraryRejected, SpecError
 from ..hardware import cpu_fingerprint
 from ..spec import FLAGS, KernelSpec
-from .base import IN, INOUT, OUT, SCALAR, Arg, Availability, Kernel, KernelFunction, Timer
+from .base import IN, INOUT, OUT, SCALAR, Arg, Availability, Kernel, KernelFunction, Timer, ToolchainBase
 from .screening import (  # noqa: F401 - FORBIDDEN_CALLS and strip_c_comments are re-exported
     BINARY_SCREEN_ENV,
     FORBIDDEN_CALLS,
@@ -43,6 +43,7 @@ _DEFINE_VALUE = re.compile(r"^-?[\w.]+$")
 
 @functools.lru_cache(maxsize=4)
 def compiler_version(cc: str) -> str:
+    """The first line of `cc --version`, or '' when it cannot be run."""
     try:
         out = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout
     except (OSError, subprocess.SubprocessError):
@@ -78,9 +79,12 @@ def parse_prototype(proto: str) -> tuple[str, tuple[Arg, ...], list[str]]:
     return name, tuple(args), dtypes
 
 
-class CToolchain:
+class CToolchain(ToolchainBase):
+    """C and C++ kernels built with gcc or clang, loaded with cffi, timed on the host."""
+
     name = "c"
     extensions = (".c", ".cc", ".cpp", ".cxx")
+    passes_env = ("CC", "CXX", BINARY_SCREEN_ENV)
     timed_on_host = True  # its timings are bound by this machine's measured memory and FMA ceilings
 
     def __init__(self, cc: str | None = None, cxx: str | None = None, allow_symbols: Iterable[str] = ()):
@@ -244,14 +248,16 @@ class CToolchain:
         return Kernel(candidate, functions, build_log=log, extra={"library": str(lib_path), "ffi": ffi})
 
 
-def _numpy_caller(ffi: Any, fn: Any, name: str, args: tuple[Arg, ...], dtypes: list[str]):
+def _numpy_caller(
+    ffi: Any, fn: Any, name: str, args: tuple[Arg, ...], dtypes: list[str]
+) -> Callable[..., Any]:
     """Wrap a cffi function so it takes numpy arrays for pointers, checking dtype and contiguity."""
     import numpy as np
 
     pointer_dtypes = iter(dtypes)
     plan = [(a, next(pointer_dtypes) if a.role != SCALAR else None) for a in args]
 
-    def call(*values):
+    def call(*values: Any) -> Any:
         if len(values) != len(plan):
             raise TypeError(f"{name}() takes {len(plan)} arguments ({len(values)} given)")
         converted = []

@@ -16,30 +16,34 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .base import Timer
 
-# The environment variable that restricts a process to some devices, per toolchain.
-VISIBLE_DEVICES = {
-    "triton": "CUDA_VISIBLE_DEVICES",
-    "triton-ascend": "ASCEND_RT_VISIBLE_DEVICES",
-    "ascendc": "ASCEND_RT_VISIBLE_DEVICES",
-}
+# CANN's environment (its set_env.sh), which the Ascend toolchains' judging children need.
+CANN_ENV = (
+    "ASCEND_HOME_PATH",
+    "ASCEND_TOOLKIT_HOME",  # the toolkit, its operator and AI CPU paths
+    "ASCEND_OPP_PATH",
+    "ASCEND_AICPU_PATH",
+    "SOC_VERSION",  # the chip an Ascend C kernel is built for, from the CI job's env
+    "KOPE_ASCEND_TARGET",
+    "TORCH_DEVICE_BACKEND_AUTOLOAD",
+)
 
 
 def visible_devices_env(
-    toolchain_name: str, index: int, environ: Mapping[str, str] | None = None
+    var: str | None, index: int, environ: Mapping[str, str] | None = None
 ) -> dict[str, str]:
-    """Environment that pins a judging child to device `index` of this toolchain (empty for CPU ones).
+    """Environment that pins a judging child to device `index` through the toolchain's `device_env_var`
+    (empty for a CPU toolchain, whose `var` is None).
 
     `index` counts the devices this process sees: when the parent already has
     ``CUDA_VISIBLE_DEVICES=2,3``, index 1 gives ``CUDA_VISIBLE_DEVICES=3``.
     """
-    var = VISIBLE_DEVICES.get(toolchain_name)
     if var is None:
         return {}
     if index < 0:
@@ -62,6 +66,7 @@ def installed(dist: str) -> str | None:
 
 
 def importable(module: str) -> bool:
+    """Whether a module can be imported here, without importing it."""
     try:
         return importlib.util.find_spec(module) is not None
     except (ImportError, ValueError):
@@ -180,24 +185,20 @@ def npu_devices() -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class DeviceTimer(Timer):
-    """A `Timer` on a device's own timeline, with `flush` to evict the L2 cache between timed calls.
+    """A `Timer` on a device's own timeline.
 
     `clock()` records an event, waits for it and returns its time (seconds) since a reference event,
     so the difference of two readings is device time, like ``triton.testing.do_bench``.
     """
 
-    flush: Callable[[], None] = lambda: None
     device: str = ""
 
 
-def event_timer(backend: Any, device: str, flush_bytes: int = 256 << 20) -> DeviceTimer:
+def event_timer(backend: Any, device: str) -> DeviceTimer:
     """A DeviceTimer for ``torch.cuda`` or ``torch.npu`` (`backend`); call in the process that times."""
-    import torch
-
     ref = backend.Event(enable_timing=True)
     ref.record()
     ref.synchronize()
-    cache: list[Any] = []
 
     def clock() -> float:
         ev = backend.Event(enable_timing=True)
@@ -205,9 +206,4 @@ def event_timer(backend: Any, device: str, flush_bytes: int = 256 << 20) -> Devi
         ev.synchronize()
         return float(ref.elapsed_time(ev)) / 1e3
 
-    def flush() -> None:
-        if not cache:
-            cache.append(torch.empty(flush_bytes // 4, dtype=torch.int32, device=device))
-        cache[0].zero_()
-
-    return DeviceTimer(clock=clock, sync=backend.synchronize, can_time=True, flush=flush, device=device)
+    return DeviceTimer(clock=clock, sync=backend.synchronize, can_time=True, device=device)

@@ -8,7 +8,7 @@ module's top-level ``BLOCK = ...`` literal).
 Modes, decided once per process without touching a device in it:
 
 * ``cuda``: a GPU answered in a child probe. Launches are real; the timer reads CUDA events
-  (`devices.DeviceTimer`, with an L2 flush the judge may call between timed calls).
+  (`devices.DeviceTimer`).
 * ``interpreter``: no GPU, or ``TRITON_INTERPRET=1`` already set. The build sets
   ``TRITON_INTERPRET=1`` in this process before the source is imported (``triton.jit`` reads it
   when a kernel is decorated) and `environment()` hands it to judging children. Results are exact
@@ -30,19 +30,20 @@ from ..errors import ToolchainMissing
 from ..hardware import cpu_fingerprint
 from ..spec import KernelSpec
 from . import devices, pylaunch
-from .base import Availability, Kernel, KernelFunction, Timer
+from .base import Availability, Kernel, KernelFunction, Timer, ToolchainBase
 
 EXTRA_HINT = "pip install 'pytest-kope[triton]' (CPU-only machine: pip install torch==2.13.0 first)"
 INTERPRETER_WHY = "Triton on CPU runs in the interpreter; its time means nothing"
 
 
-class TritonToolchain:
+class TritonToolchain(ToolchainBase):
     """Community Triton: real launches on CUDA, correctness-only through the interpreter elsewhere."""
 
     name = "triton"
     extensions: tuple[str, ...] = (".py",)
     extra = "triton"
     device_env_var = "CUDA_VISIBLE_DEVICES"
+    passes_env: tuple[str, ...] = ("TRITON_INTERPRET", "TORCH_DEVICE_BACKEND_AUTOLOAD")
 
     # -- where it runs ---------------------------------------------------------------------------
     def _missing(self) -> str | None:
@@ -79,6 +80,10 @@ class TritonToolchain:
         return Availability(
             True, f"interpreter (TRITON_INTERPRET=1; correctness only, no timing): {found['why']}"
         )
+
+    def bake(self, text: str, params: Mapping[str, Any]) -> str:
+        """Python kernels carry the winning values also as module-level literals (pylaunch.bake)."""
+        return pylaunch.bake(text, params)
 
     def count_devices(self) -> int:
         return int(self._devices().get("count", 0)) if self.mode() == "cuda" else 0
@@ -181,6 +186,7 @@ def _check_interpreter(toolchain: str) -> None:
 
 
 def type_name(toolchain: str) -> str:
+    """The class name messages give for the toolchain called `toolchain`."""
     return {"triton": "TritonToolchain", "triton-ascend": "TritonAscendToolchain"}.get(toolchain, "Toolchain")
 
 

@@ -52,6 +52,7 @@ _DTYPES = {
 
 
 def gate_target() -> str:
+    """The Ascend target the lowering check compiles for (KOPE_ASCEND_TARGET)."""
     return os.environ.get("KOPE_ASCEND_TARGET", DEFAULT_TARGET)
 
 
@@ -61,6 +62,7 @@ class TritonAscendToolchain(TritonToolchain):
     name = "triton-ascend"
     extra = "ascend"
     device_env_var = "ASCEND_RT_VISIBLE_DEVICES"
+    passes_env: tuple[str, ...] = ("TRITON_INTERPRET", *devices.CANN_ENV)
 
     def _missing(self) -> str | None:
         missing = [m for m in ("triton", "torch") if not devices.importable(m)]

@@ -13,10 +13,9 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from ..judge.outcome import Judged
-from .base import Context, OperatorInfo
+from ...judge.outcome import Judged
+from ..base import Context, OperatorInfo
 
-CHARS_PER_TOKEN = 4  # a conservative estimate for code and English; used for every size budget here
 SOURCE_CHARS = 40_000  # the committed kernel (and the incumbent, when it differs)
 TESTS_CHARS = 24_000  # all test sources together
 FAILURE_CHARS = 400  # one assertion message
@@ -126,12 +125,14 @@ def untrusted(text: str, source: str) -> str:
 
 
 def language(filename: str) -> str:
+    """The code-fence language of a kernel file, from its suffix ('' when unknown)."""
     return {".c": "c", ".h": "c", ".cc": "cpp", ".cpp": "cpp", ".cu": "cuda", ".py": "python"}.get(
         filename[filename.rfind(".") :] if "." in filename else "", ""
     )
 
 
 def system_blocks() -> list[dict[str, Any]]:
+    """The system prompt as cacheable content blocks."""
     return [{"type": "text", "text": SYSTEM, "cache_control": {"type": "ephemeral"}}]
 
 
@@ -164,6 +165,7 @@ def static_block(op: OperatorInfo, hardware: dict[str, Any]) -> dict[str, Any]:
 
 
 def timings_lines(judged: Judged) -> list[str]:
+    """One line per timed test of a verdict: ratio, bounds and rounds."""
     lines = []
     for t in judged.timings[:12]:
         lines.append(
@@ -174,6 +176,7 @@ def timings_lines(judged: Judged) -> list[str]:
 
 
 def verdict_lines(judged: Judged) -> list[str]:
+    """A verdict for the model: outcome, params, failures and build log fenced as untrusted."""
     c = judged.candidate
     head = f"- {c.short} ({c.agent or '?'}) `{clip(c.idea, 160)}` -> {judged.outcome.value}"
     if judged.ratio is not None:

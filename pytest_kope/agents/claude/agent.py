@@ -16,31 +16,26 @@ The compile check runs in the judge's sandbox (judge/draft.py), and whatever tex
 from __future__ import annotations
 
 import copy
-import json
 import os
 import random
 import re
 import time
 import warnings
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, cast
 
-from ..candidate import Candidate
-from ..errors import ConfigError, SpecError
-from ..judge import draft
-from ..judge.outcome import Judged
-from ..spec import FLAGS, parse_spec
-from ..toolchains import screening
-from . import claude_prompt as prompt
-from .base import Context
+from ...candidate import Candidate
+from ...errors import ConfigError
+from ...judge.outcome import Judged
+from ...memory.recall import CHARS_PER_TOKEN
+from ..base import Context
+from . import prompt
+from .tools import _chars, _msg, _needs, _param, compile_check, submit
 
 DEFAULT_MODEL = "claude-sonnet-4-6"  # the SDK marks claude-sonnet-4-5 deprecated
 TOKEN_KEYS = ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
 NO_KEY = "--kope-agent claude needs ANTHROPIC_API_KEY (export it, or use --kope-agent tuner)"
-COMPILER_CHARS = 2_000
 _KEY_LIKE = re.compile(r"sk-ant-[A-Za-z0-9_\-]{6,}")
-_KOPE_LINE = re.compile(r"^\s*(?://+|#+|/\*+|\*+)?\s*kope:")
 Sink = Callable[[str, str, dict[str, int]], None]
 
 
@@ -81,12 +76,7 @@ class ClaudeAgent:
         self._anthropic = anthropic
         self._secrets = [key]
         self.model = model or os.environ.get("KOPE_MODEL") or DEFAULT_MODEL
-        try:  # an ini value arrives as a string
-            self.max_tokens_run = None if max_tokens_run in (None, "") else int(max_tokens_run)
-        except (TypeError, ValueError):
-            raise ConfigError(
-                f"--kope-max-tokens needs a whole number of tokens, got {max_tokens_run!r}"
-            ) from None
+        self.max_tokens_run = _token_cap(max_tokens_run)
         self.graph_sink = graph_sink
         self.max_retries, self.retry_delay, self.max_retry_delay = max_retries, retry_delay, max_retry_delay
         self.max_turns, self.max_output_tokens, self.min_output_tokens = (
@@ -111,7 +101,6 @@ class ClaudeAgent:
         self._last: dict[str, list[Judged]] = {}  # operator -> verdicts on its last round
         self._earlier: dict[str, list[str]] = {}  # operator -> one line per earlier verdict
         self._stopped: str | None = None  # why this agent proposes nothing more (cap, auth, model)
-        self._round_tokens = 0
         self._round_input = 0
 
     # -- the Agent protocol ------------------------------------------------------------------------
@@ -152,7 +141,7 @@ class ClaudeAgent:
         ]
         accepted: list[Candidate] = []
         nudged = False
-        self._round_tokens = self._round_input = 0
+        self._round_input = 0
         for _ in range(self.max_turns):
             response = self._call(ctx, messages)
             if response is None:
@@ -197,40 +186,13 @@ class ClaudeAgent:
     def _call(self, ctx: Context, messages: list[dict[str, Any]]) -> Any:
         """One Messages-API call with retries; None (and a fault noted) when it cannot be had."""
         anthropic, op = self._anthropic, ctx.operator.name
-        est = max(self._round_input, _chars(messages) // prompt.CHARS_PER_TOKEN)
-        max_out = self.max_output_tokens
-        caps = []
-        if self.max_tokens_run is not None:
-            caps.append(("run token cap", self.max_tokens_run - self._total()))
-        if ctx.tokens_left is not None:
-            caps.append(("run's tokens left", ctx.tokens_left - self._round_tokens))
-        for what, left in caps:
-            if left - est < self.min_output_tokens:
-                self._fault(
-                    op, f"{what} reached: {self._total()} tokens used, ~{est} more needed; stopped proposing"
-                )
-                if what == "run token cap":
-                    self._stopped = "token cap"
-                return None
-            max_out = min(max_out, left - est)
+        max_out = self._output_room(op, messages)
+        if max_out is None:
+            return None
         for attempt in range(self.max_retries + 1):
             tries = f"after {attempt + 1} tries" if attempt else "on the first try"
             try:
-                # The SDK warns (e.g. of a deprecated model); under the user's `filterwarnings = error`
-                # that would raise. Keep each warning as a note for the report instead.
-                with warnings.catch_warnings(record=True) as caught:
-                    warnings.simplefilter("always")
-                    response = self._client.messages.create(
-                        model=self.model,
-                        max_tokens=max_out,
-                        system=cast(Any, prompt.system_blocks()),
-                        tools=cast(Any, prompt.TOOLS),
-                        messages=cast(Any, messages),
-                    )
-                for w in caught:
-                    note = self._scrub(f"{w.category.__name__}: {w.message}")[:600]
-                    if note not in self._usage["notes"]:
-                        self._usage["notes"].append(note)
+                response = self._create(messages, max_out)
             except anthropic.APIStatusError as e:
                 code, headers = e.status_code, e.response.headers
                 if code in (401, 403, 404):
@@ -263,6 +225,40 @@ class ClaudeAgent:
             time.sleep(delay)
         return None
 
+    def _output_room(self, op: str, messages: list[dict[str, Any]]) -> int | None:
+        """The output tokens this call may ask for under the run's token cap; None (the agent stops,
+        a fault noted) when what is left would not cover the prompt and a useful reply."""
+        est = max(self._round_input, _chars(messages) // CHARS_PER_TOKEN)
+        if self.max_tokens_run is None:
+            return self.max_output_tokens
+        left = self.max_tokens_run - self._total()
+        if left - est < self.min_output_tokens:
+            self._fault(
+                op,
+                f"run token cap reached: {self._total()} tokens used, ~{est} more needed; stopped proposing",
+            )
+            self._stopped = "token cap"
+            return None
+        return min(self.max_output_tokens, left - est)
+
+    def _create(self, messages: list[dict[str, Any]], max_out: int) -> Any:
+        """One Messages-API request. The SDK warns (e.g. of a deprecated model); under the user's
+        `filterwarnings = error` that would raise, so each warning is kept as a note for the report."""
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            response = self._client.messages.create(
+                model=self.model,
+                max_tokens=max_out,
+                system=cast(Any, prompt.system_blocks()),
+                tools=cast(Any, prompt.TOOLS),
+                messages=cast(Any, messages),
+            )
+        for w in caught:
+            note = self._scrub(f"{w.category.__name__}: {w.message}")[:600]
+            if note not in self._usage["notes"]:
+                self._usage["notes"].append(note)
+        return response
+
     def _delay(self, attempt: int, headers: Any) -> float:
         if headers is not None:
             for name, scale in (("retry-after-ms", 1e-3), ("retry-after", 1.0)):
@@ -279,7 +275,7 @@ class ClaudeAgent:
     ) -> dict[str, Any]:
         inp = inp if isinstance(inp, dict) else {}
         if name == "submit_candidate":
-            text, error = self._submit(ctx, inp, accepted, n)
+            text, error = submit(ctx, inp, accepted, n, self._scrub, self.name)
         elif name == "query_experience":
             question = inp.get("question")
             ok = isinstance(question, str) and question.strip()
@@ -289,7 +285,11 @@ class ClaudeAgent:
         elif name == "compile_draft":
             source = inp.get("source")
             ok = isinstance(source, str) and source.strip()
-            text, error = (self._compile(ctx, source), False) if ok else (_needs("source"), True)
+            text, error = (
+                (compile_check(ctx, source, self.compile_timeout, self.cc), False)
+                if ok
+                else (_needs("source"), True)
+            )
         else:
             text, error = (
                 f"unknown tool {name!r}: use submit_candidate, query_experience or compile_draft",
@@ -300,57 +300,6 @@ class ClaudeAgent:
         result = {"type": "tool_result", "tool_use_id": use_id, "content": self._scrub(text)}
         return {**result, "is_error": True} if error else result
 
-    def _submit(
-        self, ctx: Context, inp: dict[str, Any], accepted: list[Candidate], n: int
-    ) -> tuple[str, bool]:
-        op = ctx.operator
-        source, idea, space = inp.get("source"), inp.get("idea"), inp.get("tuning_space")
-        if not isinstance(source, str) or not source.strip():
-            return _needs("source") + " (the complete kernel source file)", True
-        if not isinstance(idea, str) or not idea.strip():
-            return _needs("idea") + " (one line: what changes and why it is faster)", True
-        if len(accepted) >= n:
-            return f"this round's batch of {n} is full; wait for the verdicts", True
-        notes: list[str] = []
-        try:
-            if isinstance(space, str) and space.strip():
-                source = merge_space(source, space, op.filename, notes)
-            spec = parse_spec(source, op.filename)
-            if not spec.kernels:
-                source = "".join(f"{_comment(op.filename)} kope: kernel {k}\n" for k in op.kernels) + source
-                notes.append("added the operator's `kope: kernel` lines to the header")
-                spec = parse_spec(source, op.filename)
-        except (SpecError, ValueError) as e:
-            return f"the `kope:` header does not parse: {e}", True
-        if [_norm(k) for k in spec.kernels] != [_norm(k) for k in op.kernels]:
-            want, got = "; ".join(op.kernels), "; ".join(spec.kernels)
-            return f"the kernel prototypes must stay exactly as declared: want `{want}`, got `{got}`", True
-        body = "\n".join(line for line in source.splitlines() if not _KOPE_LINE.match(line))
-        missing = [f for f in map(_fname, op.kernels) if f and not re.search(rf"\b{re.escape(f)}\s*\(", body)]
-        if missing:
-            return f"the source declares but never defines {', '.join(missing)}", True
-        refused = _screen(body, op.filename)
-        if refused:
-            return f"the source is refused: {'; '.join(refused[:5])}", True
-        cand = Candidate(
-            source=self._scrub(source),
-            filename=op.filename,
-            toolchain=op.toolchain,
-            params=dict(spec.space.defaults),
-            idea=self._scrub(" ".join(idea.split()))[:300],
-            agent=self.name,
-            parent=ctx.incumbent.candidate.hash,
-        )
-        known = {c.hash for c in accepted} | {ctx.incumbent.candidate.hash, ctx.baseline.candidate.hash}
-        if cand.hash in known or _seen(ctx, cand.hash):
-            return f"{cand.short} was already tried (same source and params): submit a different idea", True
-        accepted.append(cand)
-        note = f" ({'; '.join(notes)})" if notes else ""
-        return (
-            f"accepted as {cand.short} ({len(accepted)}/{n}), built with {json.dumps(cand.params)}{note}",
-            False,
-        )
-
     def _recall(self, ctx: Context, state: str, budget: int) -> str:
         try:
             found = ctx.recall(state=state, budget=budget)
@@ -358,30 +307,11 @@ class ClaudeAgent:
         except Exception as e:  # the graph is advice: a failing recall costs the advice, not the round
             self._fault(ctx.operator.name, f"recall failed: {type(e).__name__}: {e}")
             return "(experience unavailable)"
-        text = prompt.clip(text, budget * prompt.CHARS_PER_TOKEN)
+        text = prompt.clip(text, budget * CHARS_PER_TOKEN)
         if not text.strip():
             return "(nothing relevant recorded yet)"
         # lessons and attempts recorded from earlier candidates quote their failures and build logs
         return prompt.untrusted(text, "experience graph: lessons and results of earlier candidates")
-
-    def _compile(self, ctx: Context, source: str) -> str:
-        filename = Path(ctx.operator.filename).name or "draft.c"
-        lang = prompt.language(filename)
-        if lang == "python":
-            try:
-                compile(source, filename, "exec")
-            except SyntaxError as e:
-                return f"{filename}:{e.lineno}:{e.offset}: SyntaxError: {e.msg}"
-            return "ok (Python syntax only; the judge builds and runs it)"
-        if ctx.operator.toolchain != "c" or lang not in ("c", "cpp"):
-            return f"no quick check for {filename} here; submit it and the judge builds it"
-        # built in the judge's sandbox with the toolchain's own command line: see judge/draft.py
-        checked = draft.check(source, filename, self.compile_timeout, self.cc)
-        if checked.reason:
-            return checked.reason
-        output = prompt.clip(checked.output, COMPILER_CHARS)
-        fenced = prompt.untrusted(output, "compiler output for your draft") if output else ""
-        return ("ok\n" + fenced).strip() if checked.ok else fenced
 
     # -- bookkeeping -------------------------------------------------------------------------------
 
@@ -402,7 +332,6 @@ class ClaudeAgent:
             target["calls"] += 1
             for k, v in used.items():
                 target[k] += v
-        self._round_tokens += sum(used.values())
         self._round_input = max(self._round_input, sum(v for k, v in used.items() if k != "output_tokens"))
         if self.graph_sink is not None:
             try:
@@ -419,77 +348,9 @@ class ClaudeAgent:
         return _KEY_LIKE.sub("***", text)
 
 
-def merge_space(source: str, space: str, filename: str, notes: list[str]) -> str:
-    """`source` with the `kope:` param/flags/require lines of `space` added to its header.
-
-    An axis the source already declares is kept as the source has it (noted in `notes`).
-    """
-    declared = parse_spec(source, filename).space
-    new: list[str] = []
-    for raw in space.splitlines():
-        body = re.sub(r"^\s*(?://+|#+|/\*+|\*+)?\s*(?:kope:)?\s*", "", raw).removesuffix("*/").strip()
-        if not body:
-            continue
-        word, _, rest = body.partition(" ")
-        if word not in ("param", "flags", "require"):
-            raise ValueError(
-                f"tuning_space line {raw.strip()!r}: only param, flags and require lines belong there"
-            )
-        axis = FLAGS if word == "flags" else rest.partition("=")[0].strip() if word == "param" else None
-        if (axis and axis in declared.axes) or (word == "require" and rest.strip() in declared.requires):
-            notes.append(f"kept the source's own declaration of {axis or rest.strip()}")
-            continue
-        new.append(f"{_comment(filename)} kope: {body}\n")
-    lines = source.splitlines(keepends=True)
-    at = max((i + 1 for i, line in enumerate(lines) if _KOPE_LINE.match(line)), default=0)
-    if at and not lines[at - 1].endswith("\n"):
-        lines[at - 1] += "\n"
-    return "".join(lines[:at] + new + lines[at:])
-
-
-def _param(block: Any) -> dict[str, Any] | None:
-    if block.type == "tool_use":
-        return {"type": "tool_use", "id": block.id, "name": block.name, "input": block.input}
-    return {"type": "text", "text": block.text} if block.text.strip() else None
-
-
-def _chars(messages: list[dict[str, Any]]) -> int:
-    return len(json.dumps(messages)) + len(prompt.SYSTEM) + len(json.dumps(prompt.TOOLS))
-
-
-def _seen(ctx: Context, digest: str) -> bool:
+def _token_cap(given: int | str | None) -> int | None:
+    """--kope-max-tokens (an ini value arrives as a string); None: no cap."""
     try:
-        return bool(ctx.seen(digest))
-    except Exception:  # an unreadable graph cannot veto a candidate
-        return False
-
-
-def _norm(prototype: str) -> str:
-    return re.sub(r"\s*([*,()\[\]])\s*", r"\1", " ".join(prototype.rstrip("; ").split()))
-
-
-def _fname(prototype: str) -> str:
-    m = re.search(r"([A-Za-z_]\w*)\s*\(", prototype)
-    return m.group(1) if m else ""
-
-
-def _comment(filename: str) -> str:
-    return "#" if prompt.language(filename) == "python" else "//"
-
-
-def _screen(body: str, filename: str) -> list[str]:
-    """The judge's source screen, run early so the model hears why at once (one implementation)."""
-    language = prompt.language(filename)
-    if language in ("c", "cpp", "cuda"):
-        return screening.screen_c_source(body)
-    if language == "python":
-        return screening.screen_python_source(body, Path(filename).name)
-    return []
-
-
-def _msg(e: Any) -> str:
-    return prompt.clip(str(getattr(e, "message", "") or e), 200)
-
-
-def _needs(field: str) -> str:
-    return f"`{field}` must be a non-empty string"
+        return None if given is None or given == "" else int(given)
+    except (TypeError, ValueError):
+        raise ConfigError(f"--kope-max-tokens needs a whole number of tokens, got {given!r}") from None

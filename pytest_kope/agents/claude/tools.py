@@ -1,0 +1,174 @@
+"""The claude agent's tools, apart from the conversation: `submit_candidate` (checks a source against
+the operator's contract and screen), `compile_draft` (a quick build in the judge's sandbox), and the
+`tuning_space` merge."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ...candidate import Candidate
+from ...errors import SpecError
+from ...judge import draft
+from ...spec import FLAGS, parse_spec
+from ..base import Context
+from . import prompt
+
+COMPILER_CHARS = 2_000
+_KOPE_LINE = re.compile(r"^\s*(?://+|#+|/\*+|\*+)?\s*kope:")
+
+
+def submit(
+    ctx: Context,
+    inp: dict[str, Any],
+    accepted: list[Candidate],
+    n: int,
+    scrub: Callable[[str], str],
+    agent: str = "claude",
+) -> tuple[str, bool]:
+    """The `submit_candidate` tool: a candidate appended to `accepted`, or why not; (text, is_error)."""
+    op = ctx.operator
+    source, idea, space = inp.get("source"), inp.get("idea"), inp.get("tuning_space")
+    if not isinstance(source, str) or not source.strip():
+        return _needs("source") + " (the complete kernel source file)", True
+    if not isinstance(idea, str) or not idea.strip():
+        return _needs("idea") + " (one line: what changes and why it is faster)", True
+    if len(accepted) >= n:
+        return f"this round's batch of {n} is full; wait for the verdicts", True
+    notes: list[str] = []
+    try:
+        if isinstance(space, str) and space.strip():
+            source = merge_space(source, space, op.filename, notes)
+        spec = parse_spec(source, op.filename)
+        if not spec.kernels:
+            source = "".join(f"{_comment(op.filename)} kope: kernel {k}\n" for k in op.kernels) + source
+            notes.append("added the operator's `kope: kernel` lines to the header")
+            spec = parse_spec(source, op.filename)
+    except (SpecError, ValueError) as e:
+        return f"the `kope:` header does not parse: {e}", True
+    if [_norm(k) for k in spec.kernels] != [_norm(k) for k in op.kernels]:
+        want, got = "; ".join(op.kernels), "; ".join(spec.kernels)
+        return f"the kernel prototypes must stay exactly as declared: want `{want}`, got `{got}`", True
+    body = "\n".join(line for line in source.splitlines() if not _KOPE_LINE.match(line))
+    missing = [f for f in map(_fname, op.kernels) if f and not re.search(rf"\b{re.escape(f)}\s*\(", body)]
+    if missing:
+        return f"the source declares but never defines {', '.join(missing)}", True
+    refused = screen(ctx, body)
+    if refused:
+        return f"the source is refused: {'; '.join(refused[:5])}", True
+    cand = Candidate(
+        source=scrub(source),
+        filename=op.filename,
+        toolchain=op.toolchain,
+        params=dict(spec.space.defaults),
+        idea=scrub(" ".join(idea.split()))[:300],
+        agent=agent,
+        parent=ctx.incumbent.candidate.hash,
+    )
+    known = {c.hash for c in accepted} | {ctx.incumbent.candidate.hash, ctx.baseline.candidate.hash}
+    if cand.hash in known or _seen(ctx, cand.hash):
+        return f"{cand.short} was already tried (same source and params): submit a different idea", True
+    accepted.append(cand)
+    note = f" ({'; '.join(notes)})" if notes else ""
+    return (
+        f"accepted as {cand.short} ({len(accepted)}/{n}), built with {json.dumps(cand.params)}{note}",
+        False,
+    )
+
+
+def compile_check(ctx: Context, source: str, timeout: float, cc: str | None) -> str:
+    """The `compile_draft` tool: the compiler's verdict on a draft, built in the judge's sandbox."""
+    filename = Path(ctx.operator.filename).name or "draft.c"
+    lang = prompt.language(filename)
+    if lang == "python":
+        try:
+            compile(source, filename, "exec")
+        except SyntaxError as e:
+            return f"{filename}:{e.lineno}:{e.offset}: SyntaxError: {e.msg}"
+        return "ok (Python syntax only; the judge builds and runs it)"
+    if ctx.operator.toolchain != "c" or lang not in ("c", "cpp"):
+        return f"no quick check for {filename} here; submit it and the judge builds it"
+    # built in the judge's sandbox with the toolchain's own command line: see judge/draft.py
+    checked = draft.check(source, filename, timeout, cc)
+    if checked.reason:
+        return checked.reason
+    output = prompt.clip(checked.output, COMPILER_CHARS)
+    fenced = prompt.untrusted(output, "compiler output for your draft") if output else ""
+    return ("ok\n" + fenced).strip() if checked.ok else fenced
+
+
+def merge_space(source: str, space: str, filename: str, notes: list[str]) -> str:
+    """`source` with the `kope:` param/flags/require lines of `space` added to its header.
+
+    An axis the source already declares is kept as the source has it (noted in `notes`).
+    """
+    declared = parse_spec(source, filename).space
+    new: list[str] = []
+    for raw in space.splitlines():
+        body = re.sub(r"^\s*(?://+|#+|/\*+|\*+)?\s*(?:kope:)?\s*", "", raw).removesuffix("*/").strip()
+        if not body:
+            continue
+        word, _, rest = body.partition(" ")
+        if word not in ("param", "flags", "require"):
+            raise ValueError(
+                f"tuning_space line {raw.strip()!r}: only param, flags and require lines belong there"
+            )
+        axis = FLAGS if word == "flags" else rest.partition("=")[0].strip() if word == "param" else None
+        if (axis and axis in declared.axes) or (word == "require" and rest.strip() in declared.requires):
+            notes.append(f"kept the source's own declaration of {axis or rest.strip()}")
+            continue
+        new.append(f"{_comment(filename)} kope: {body}\n")
+    lines = source.splitlines(keepends=True)
+    at = max((i + 1 for i, line in enumerate(lines) if _KOPE_LINE.match(line)), default=0)
+    if at and not lines[at - 1].endswith("\n"):
+        lines[at - 1] += "\n"
+    return "".join(lines[:at] + new + lines[at:])
+
+
+def _param(block: Any) -> dict[str, Any] | None:
+    if block.type == "tool_use":
+        return {"type": "tool_use", "id": block.id, "name": block.name, "input": block.input}
+    return {"type": "text", "text": block.text} if block.text.strip() else None
+
+
+def _chars(messages: list[dict[str, Any]]) -> int:
+    return len(json.dumps(messages)) + len(prompt.SYSTEM) + len(json.dumps(prompt.TOOLS))
+
+
+def _seen(ctx: Context, digest: str) -> bool:
+    try:
+        return bool(ctx.seen(digest))
+    except Exception:  # an unreadable graph cannot veto a candidate
+        return False
+
+
+def _norm(prototype: str) -> str:
+    return re.sub(r"\s*([*,()\[\]])\s*", r"\1", " ".join(prototype.rstrip("; ").split()))
+
+
+def _fname(prototype: str) -> str:
+    m = re.search(r"([A-Za-z_]\w*)\s*\(", prototype)
+    return m.group(1) if m else ""
+
+
+def _comment(filename: str) -> str:
+    return "#" if prompt.language(filename) == "python" else "//"
+
+
+def screen(ctx: Context, body: str) -> list[str]:
+    """The operator's toolchain's own source screen, run early so the model hears why at once."""
+    op = ctx.operator
+    if op.screen is None:
+        return []
+    return list(op.screen(Candidate(body, Path(op.filename).name, op.toolchain)))
+
+
+def _msg(e: Any) -> str:
+    return prompt.clip(str(getattr(e, "message", "") or e), 200)
+
+
+def _needs(field: str) -> str:
+    return f"`{field}` must be a non-empty string"

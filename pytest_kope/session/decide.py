@@ -1,0 +1,81 @@
+"""The session's decisions on judged candidates: which one beats the incumbent beyond noise (`decide`,
+`judge_batch`), and whether the winner holds its gain in a fresh process (`verify`).
+
+(`judge/verdict.py` reads one candidate's events from its judging child into a `Judged`; this module
+decides what the session does with judged candidates.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..candidate import Candidate
+from ..judge.outcome import Judged, Outcome
+from ..judge.runner import Judge
+from ..judge.stats import PairedRatio
+
+
+def beats(j: Judged, min_gain: float) -> bool:
+    """Whether a timed candidate's paired ratio beats its reference by more than `min_gain`."""
+    if j.ratio is None or j.ratio_low is None:
+        return False
+    return PairedRatio(j.ratio, j.ratio_low, j.ratio_low, len(j.timings)).beats(min_gain)
+
+
+def decide(j: Judged, incumbent: Judged, min_gain: float) -> bool:
+    """Set a timed candidate's speedup, and crown it BETTER when it beats the incumbent beyond noise."""
+    if j.outcome == Outcome.SUSPECT or not j.timings:
+        return False
+    j.speedup = (incumbent.speedup or 1.0) * (j.ratio or 1.0)
+    if beats(j, min_gain):
+        j.outcome = Outcome.BETTER
+        return True
+    return False
+
+
+def judge_batch(
+    judge: Judge,
+    batch: list[Candidate],
+    incumbent: Judged,
+    min_gain: float,
+    remember: Callable[[Judged], None],
+) -> list[Judged]:
+    """Correctness for the batch in parallel, then each survivor timed against the then incumbent."""
+    verdicts = judge.correctness(batch)
+    if len(judge.plan.devices) > 1:  # one timing worker per device, all against one incumbent
+        survivors = [j for j in verdicts if j.outcome.correct]
+        judge.performance_many(survivors, incumbent.candidate)
+        for j in survivors:
+            decide(j, incumbent, min_gain)
+        winners = [j for j in survivors if j.outcome == Outcome.BETTER]
+        fastest = max(winners, key=lambda w: w.speedup or 0.0, default=None)
+        for j in winners:  # only the fastest becomes the incumbent
+            if j is not fastest:
+                j.outcome = Outcome.OK
+        for j in verdicts:
+            remember(j)
+        return verdicts
+    for j in verdicts:
+        if j.outcome.correct:
+            judge.performance(j, incumbent.candidate)
+            if decide(j, incumbent, min_gain):
+                incumbent = j
+        remember(j)
+    return verdicts
+
+
+def verify(judge: Judge, baseline: Judged, incumbent: Judged, min_gain: float) -> tuple[Judged | None, str]:
+    """Re-run the winner in a fresh process with fresh inputs, timed against the baseline: the verified
+    winner (its speedup now its ratio to the baseline), or None and why not."""
+    judge.fresh_processes()  # independence over speed: a new process, a new build
+    judge.baseline(baseline.candidate)  # the differential check on inputs never seen before
+    fresh = judge.correctness([incumbent.candidate])[0]
+    if fresh.outcome.correct:
+        judge.performance(fresh, baseline.candidate)
+    if not (fresh.outcome.correct and fresh.timings):
+        why = (fresh.failures or fresh.notes or [""])[0][:300]
+        return None, f"failed verification: {fresh.outcome.value}: {why}"
+    if not beats(fresh, min_gain):
+        return None, f"gain did not hold on re-run ({fresh.ratio:.2f}x, low {fresh.ratio_low:.2f})"
+    fresh.speedup = fresh.ratio
+    return fresh, ""

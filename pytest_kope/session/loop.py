@@ -1,0 +1,339 @@
+"""One operator's loop: baseline, then recall → propose → judge → remember until the stop rule says
+stop; then the verdict and the commit (commit.py).
+
+`plan_for` turns the collected items into the judge's `Plan`; `OperatorLoop` runs one operator.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from ..agents.base import Context, OperatorInfo
+from ..agents.tuner import Tuner
+from ..candidate import Candidate
+from ..errors import BaselineBroken, KopeError, SpecError
+from ..judge import sandbox
+from ..judge.outcome import Judged, Outcome
+from ..judge.runner import Judge, Plan
+from ..operator import is_performance_test
+from ..settings import SEED
+from ..spec import parse_spec
+from ..stopping import Slot, Stop, StopRule, stopped
+from ..toolchains import toolchain_of
+from ..toolchains.base import Toolchain
+from .commit import conclude
+from .decide import judge_batch
+
+if TYPE_CHECKING:
+    from ..memory.recall import Recall
+    from .session import KopeSession, OperatorRun
+
+
+def plan_for(s: KopeSession, run: OperatorRun) -> tuple[Plan, Toolchain]:
+    """What the judge needs to know of one operator: its tests, limits, devices and ceilings."""
+    op = run.op
+    tc = toolchain_of(s.config, op.toolchain)
+    available = tc.availability()
+    if not available.ok:
+        raise KopeError(f"toolchain {tc.name} is unavailable here: {available.reason}")
+    files = sorted({Path(str(i.path)) for i in run.items})
+    correctness = [_nodeid(s, i) for i in run.items if not is_performance_test(i)]
+    performance = [_nodeid(s, i) for i in run.items if is_performance_test(i)]
+    if not correctness:
+        raise KopeError(
+            f"operator {op.name} has no correctness tests selected; nothing would judge a candidate"
+        )
+    devices = s.settings.device_indices()
+    plan = Plan(
+        op,
+        s.home,
+        Path(str(s.config.inipath)) if s.config.inipath else None,
+        files,
+        correctness,
+        performance,
+        {**tc.passed_env(), **tc.environment()},  # what passes through, then its own settings
+        sandbox.Limits(wall_s=s.settings.timeout, device=bool(tc.count_devices())),
+        s.settings.seeds,
+        s.settings.jobs,
+        s.run_dir / op.name,
+        devices if devices is not None else tuple(range(tc.count_devices())),
+        tuple(s.config.getini("kope_plugins")),
+        _ceilings(s, tc),
+        fork_server=s.settings.fork_server,
+        min_gain=s.settings.min_gain,
+        device_env_var=tc.device_env_var,
+    )
+    return plan, tc
+
+
+def _ceilings(s: KopeSession, tc: Toolchain) -> dict[str, Any] | None:
+    """This machine's measured memory and FMA ceilings, for kernels timed on the host CPU."""
+    if not tc.timed_on_host:
+        return None
+    from ..judge.physics import PhysicsProbeFailed, ceilings_for
+
+    fresh = not s.ceilings_measured  # measured again once a run: ceilings only rise
+    s.ceilings_measured = True
+    try:
+        found = ceilings_for(s.graph, tc.fingerprint(), s.kope_base / "builds", refresh=fresh)
+        return found.to_json()
+    except PhysicsProbeFailed as e:
+        s.say(f"kope: no physical bound on timings: {e}", red=True)
+        return None
+
+
+def _nodeid(s: KopeSession, item: pytest.Item) -> str:
+    """The item's id as a judging child rooted at the run's home sees it (pytest's when they agree)."""
+    if s.home == Path(str(s.config.rootpath)).resolve():
+        return item.nodeid
+    path = Path(str(item.path)).resolve().relative_to(s.home).as_posix()
+    return f"{path}::{item.nodeid.split('::', 1)[1]}" if "::" in item.nodeid else path
+
+
+def _declares_knobs(judged: Judged) -> bool:
+    """An incumbent written by an agent (not the tuner) that declares a tuning space of its own."""
+    c = judged.candidate
+    if c.agent in ("baseline", "tuner"):
+        return False
+    try:
+        return bool(parse_spec(c.source, c.filename).space.axes)
+    except SpecError:
+        return False
+
+
+@dataclass
+class Progress:
+    """One operator's search so far: what resuming and the search loop update."""
+
+    baseline: Judged
+    rule: StopRule
+    incumbent: Judged = None  # type: ignore[assignment]  # the baseline until something beats it
+    history: list[Judged] = field(default_factory=list)
+    best_at: int = 0  # the evaluation that found the incumbent
+    started: float = field(default_factory=time.monotonic)  # for the evaluations per minute
+
+    def __post_init__(self) -> None:
+        self.incumbent = self.incumbent or self.baseline
+
+    def judged(self, batch: list[Judged], seconds: float) -> None:
+        """A judged batch: the stop rule counts it; a candidate crowned BETTER is the new incumbent."""
+        self.rule.record([j.outcome == Outcome.BETTER for j in batch], seconds)
+        for i, j in enumerate(batch, self.rule.evaluations - len(batch) + 1):
+            self.history.append(j)
+            if j.outcome == Outcome.BETTER:
+                self.incumbent, self.best_at = j, i
+
+
+class OperatorLoop:
+    """One operator from baseline to summary; `run()` returns its summary for the report."""
+
+    def __init__(self, s: KopeSession, run: OperatorRun, slot: Slot | None):
+        self.s, self.op, self.slot = s, run.op, slot
+        self.started = time.monotonic()
+        self.plan, self.tc = plan_for(s, run)
+        self.judge = Judge(self.plan, self.tc.screen)
+        self.timer = self.tc.timer()
+        self.can_time = self.timer.can_time and bool(self.plan.performance)
+        self.hw = self.tc.fingerprint()
+        self.task = s.graph.task_id(self.op.name, self.op.family, self.op.toolchain, self.hw)
+        self.flaky: list[str] = []
+
+    def run(self) -> dict[str, Any]:
+        """Baseline, search, then verify and commit; the operator's summary."""
+        baseline = self._baseline()
+        info = self._info()
+        p = Progress(baseline, StopRule(self.s.settings.budget, self._patience(), self.slot))
+        if self.can_time:
+            self._resume(p)
+            self._search(p, info)
+        else:
+            p.rule.stop(Stop.NOT_TIMED, self.timer.why_not or "no performance test selected")
+        why = p.rule.why or stopped(Stop.BUDGET)
+        if why["reason"] != Stop.NOT_TIMED:
+            self.say(f"search stopped: {why['detail']}")
+        try:
+            summary = conclude(self.s, self, p, time.monotonic() - self.started)
+            summary["flaky_tests"] = self.flaky  # the tests to fix, with the seeds that show it
+            summary["seconds"] = round(time.monotonic() - self.started, 1)  # verification included
+            summary["fixed_input_tests"] = baseline.fixed_inputs  # tests that make their own inputs
+            summary["stopped"] = why
+            return summary
+        finally:
+            for note in self.judge.notes:
+                self.say(note, red=True)
+            self.judge.close()
+
+    def say(self, line: str, red: bool = False) -> None:
+        self.s.say(f"kope {self.op.name}: {line}", red=red)
+
+    def _patience(self) -> int:
+        return 0 if getattr(self.s.agent, "exhaustive", False) else self.s.settings.patience
+
+    def _baseline(self) -> Judged:
+        """The committed kernel, judged and timed; it must pass its own tests."""
+        op, judge = self.op, self.judge
+        baseline = judge.baseline(op.baseline())
+        if not baseline.outcome.correct:
+            raise BaselineBroken(
+                f"the committed kernel {op.source} fails its own correctness tests "
+                f"({baseline.outcome.value}): {(baseline.failures or ['?'])[0][:500]}"
+            )
+        baseline.speedup = 1.0
+        if baseline.fixed_inputs and len(baseline.fixed_inputs) == len(baseline.tests_passed):
+            self.say(
+                "correctness rests on fixed inputs: no test takes the `rng` fixture, so every "
+                "candidate sees the inputs the tests make themselves; consider the `rng` fixture",
+                red=True,
+            )
+        if self.can_time:
+            judge.performance(baseline, baseline.candidate)
+        else:
+            why = self.timer.why_not or "no performance test selected"
+            self.say(f"not timing: {why}; nothing will be committed")
+        baseline.outcome = Outcome.OK
+        self.s.graph.record(self.task, self.s.run_id, baseline)
+        self.s.clock.baselines.append(time.monotonic() - self.started)
+        self.flaky = [n for n in baseline.notes if n.startswith("flaky test:")]
+        for note in self.flaky:
+            self.say(note, red=True)
+        return baseline
+
+    def _info(self) -> OperatorInfo:
+        op = self.op
+        tests = {str(f): f.read_text() for f in self.plan.files}
+        return OperatorInfo(
+            op.name,
+            op.family,
+            op.toolchain,
+            op.source.name,
+            op.text,
+            op.spec.space,
+            op.spec.kernels,
+            tests,
+            screen=self.tc.screen,
+        )
+
+    def remember(self, j: Judged) -> None:
+        """At once, so a killed run resumes from every finished verdict."""
+        for note in j.notes:
+            if note.startswith("flaky test:") and note not in self.flaky:
+                self.flaky.append(note)
+                self.say(note, red=True)
+        self.s.graph.record(self.task, self.s.run_id, j)
+        self.s.config.hook.pytest_kope_candidate_judged(operator=self.op.name, result=j, config=self.s.config)
+
+    def _judge(self, p: Progress, batch: list[Candidate]) -> list[Judged]:
+        t0 = time.monotonic()
+        judged = judge_batch(self.judge, batch, p.incumbent, self.s.settings.min_gain, self.remember)
+        p.judged(judged, time.monotonic() - t0)
+        return judged
+
+    def _resume(self, p: Progress) -> None:
+        """Judge the best known attempt of this operator's line again: the search starts from it."""
+        graph = self.s.graph
+        known = graph.best(self.task)
+        prior = graph.judged(self.task, known["candidate_hash"]) if known else None
+        if prior is not None and not self._may_run(prior.candidate):
+            self.say(f"not resuming from {prior.candidate.short}: written by an agent, no jail here")
+            prior = None
+        if prior is not None and self._descends(prior, p.baseline.candidate.hash):
+            again = self._judge(p, [prior.candidate])
+            if again[0].outcome == Outcome.BETTER:
+                self.say(f"resuming from the known best {prior.candidate.short} ({again[0].speedup:.2f}x)")
+
+    def _may_run(self, candidate: Candidate) -> bool:
+        """Code an agent wrote (any source but the committed one) runs only in the jail, or where the
+        user allowed it without one."""
+        return (
+            candidate.source == self.op.text
+            or self.s.settings.allow_unjailed
+            or bool(sandbox.bubblewrap()[0])
+        )
+
+    def _descends(self, judged: Judged | None, root: str) -> bool:
+        """Whether a recorded attempt was derived from `root` (resume only from the committed kernel's line)."""
+        seen: set[str] = set()
+        while judged is not None and judged.candidate.hash not in seen:
+            seen.add(judged.candidate.hash)
+            if judged.candidate.parent == root:
+                return True
+            parent = judged.candidate.parent
+            judged = self.s.graph.judged(self.task, parent) if parent else None
+        return False
+
+    def _seen(self, h: str) -> bool:
+        return self.s.graph.lookup(self.task, h) is not None
+
+    def _search(self, p: Progress, info: OperatorInfo) -> None:
+        """Recall, propose, judge, remember, until the stop rule says stop (and why)."""
+        s, agent = self.s, self.s.agent
+        # An LLM's candidate may declare its own knobs: a tuner sweeps them within the same budget.
+        sweeper = None
+        if not isinstance(agent, Tuner):
+            sweeper = Tuner(seed=s.config.stash[SEED], explore_rate=s.explore_rate)
+        agents = [a for a in (agent, sweeper) if a is not None]
+        stalls = 0
+        while room := p.rule.room(s.batch()):
+            left = s.settings.budget - p.rule.evaluations
+            ctx = Context(
+                info, self.hw, p.baseline, p.incumbent, p.history, left, self.recaller(), self._seen
+            )
+            swept = (
+                sweeper.propose(ctx, max(1, room // 2)) if sweeper and _declares_knobs(p.incumbent) else []
+            )
+            batch = swept + agent.propose(ctx, room - len(swept))
+            known = [v for c in batch if self._seen(c.hash) and (v := s.graph.judged(self.task, c.hash))]
+            if known:  # judged in an earlier run: the agents learn from the record, no re-run
+                for a in agents:
+                    a.observe(ctx, known)
+            batch = [c for c in batch if not self._seen(c.hash)]
+            if not batch:
+                stalls += 1
+                done = getattr(agent, "done", None)  # the tuner says when it has converged
+                if done or stalls >= 2:
+                    name = getattr(agent, "name", "agent")
+                    nothing = (Stop.AGENT_DONE, f"the {name} agent proposed nothing new")
+                    p.rule.stop(*((Stop.CONVERGED, done) if done else nothing))
+                continue
+            judged = self._judge(p, batch)
+            s.graph.distill(self.task, s.run_id)
+            for a in agents:
+                a.observe(ctx, judged)
+            self._progress_line(p)
+
+    def _progress_line(self, p: Progress) -> None:
+        per_minute = 60 * p.rule.evaluations / max(1e-9, time.monotonic() - p.started)
+        inc = p.incumbent
+        self.say(
+            f"{p.rule.evaluations}/{self.s.settings.budget} evaluations, best "
+            f"{inc.speedup:.2f}x ({inc.candidate.short}: {inc.candidate.idea}); "
+            f"phase search, {per_minute:.1f} evaluations/min"
+        )
+
+    def recaller(self) -> Callable[..., Recall]:
+        """`recall(state=..., budget=...)` for the agent: items (budget <= 100) or tokens (more)."""
+        from ..memory.recall import RecallQuery
+
+        op, graph, run_id, hw = self.op, self.s.graph, self.s.run_id, self.hw
+
+        def recall(state: str = "", budget: int = 12) -> Recall:
+            query = RecallQuery(
+                operator=op.name,
+                family=op.family,
+                hardware=hw,
+                toolchain=op.toolchain,
+                state=state,
+                max_items=budget if budget <= 100 else 12,
+                max_tokens=budget if budget > 100 else None,
+            )
+            result = graph.recall(query)
+            graph.mark_used(run_id, op.name, result)
+            return result
+
+        return recall

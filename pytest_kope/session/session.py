@@ -1,0 +1,271 @@
+"""The optimize-mode plugin: pytest's hooks for one run. It opens the graph, makes the agent, hands each
+operator to its loop (loop.py), and writes the report at the end.
+
+Registered as the `KopeSession` plugin only under `--kope-optimize` (or `--kope-check`); it replaces the
+test run loop. Every hook runs its work inside `border()`, where a KopeError becomes a usage error.
+"""
+
+from __future__ import annotations
+
+import datetime
+import uuid
+from collections import OrderedDict
+from collections.abc import Generator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .. import report, report_formats
+from ..agents import explore_rate
+from ..agents.tuner import Tuner
+from ..errors import ConfigError, KopeError
+from ..hardware import label
+from ..judge import sandbox
+from ..operator import Operator, operator_of
+from ..paths import ensure_kope_dir, kope_home
+from ..settings import Settings
+from ..stopping import RunClock, Slot, Stop, stopped
+from ..toolchains import toolchain_of
+from .border import border
+from .loop import OperatorLoop
+
+
+@dataclass
+class OperatorRun:
+    """One operator of the run: its collected test items, then its summary for the report."""
+
+    op: Operator
+    items: list[pytest.Item]
+    summary: dict[str, Any] = field(default_factory=dict)
+
+
+class KopeSession:
+    """The optimize-mode plugin: owns the graph, the agent, the judge and the report."""
+
+    def __init__(self, config: pytest.Config):
+        self.config = config
+        self.run_id = datetime.datetime.now().strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
+        with border():
+            self.settings = Settings.from_config(config)
+        self.clock = RunClock(self.settings.minutes)
+        self.since_line = ""
+        self.operators: OrderedDict[str, OperatorRun] = OrderedDict()
+        self.tw: Any = None
+        self.ceilings_measured = False  # the physics probe runs again once a run: ceilings only rise
+
+    def batch(self) -> int:
+        """Candidates per round: enough to keep every correctness worker busy twice."""
+        return max(2, self.settings.jobs * 2)
+
+    def say(self, line: str, red: bool = False) -> None:
+        if self.tw is not None:
+            self.tw.write_line(line, red=red)
+
+    # -- pytest hooks --------------------------------------------------------------------------
+    def pytest_configure(self, config: pytest.Config) -> None:
+        name = self.settings.agent
+        with border():
+            self.explore_rate = explore_rate(config)
+            self.agent = config.hook.pytest_kope_make_agent(name=name, config=config)
+            if self.agent is None:
+                raise ConfigError(f"--kope-agent {name}: no such agent (tuner, claude, replay:DIR)")
+            # Candidates from any agent but the built-in tuner (which only rebuilds the committed source)
+            # are untrusted code: they run only in the jail unless the user says otherwise.
+            unjailed_ok = type(self.agent) is Tuner or self.settings.allow_unjailed
+            sandbox.require_jail(getattr(self.agent, "name", name), unjailed_ok)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(
+        self, session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
+    ) -> None:
+        with border():
+            self._group(items)
+
+    @pytest.hookimpl(wrapper=True, specname="pytest_collection_modifyitems")
+    def pytest_collection_modifyitems_since(
+        self, session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
+    ) -> Generator[None, None, None]:
+        """--kope-since REF: narrow (or, with -k, widen) the operators to those changed since REF.
+        (Named pytest_* with a specname: pytest reads hook options only from pytest_* names.)"""
+        before = list(items)
+        yield
+        if not self.settings.since:
+            return
+        from ..since import select
+
+        with border():
+            items[:], self.since_line = select(
+                config.rootpath,
+                self.settings.since,
+                before,
+                items,
+                bool(config.option.keyword),
+                lambda dropped: config.hook.pytest_deselected(items=dropped),
+            )
+            self.operators.clear()
+            self._group(items)
+
+    def _group(self, items: list[pytest.Item]) -> None:
+        for item in items:
+            op = operator_of(item)
+            if op is not None:
+                self.operators.setdefault(op.name, OperatorRun(op, [])).items.append(item)
+
+    def pytest_runtestloop(self, session: pytest.Session) -> bool:
+        if session.config.option.collectonly:
+            return False
+        self.tw = session.config.pluginmanager.get_plugin("terminalreporter")
+        with border():
+            self._start()
+        if self.settings.check_only:
+            from ..doctor import check
+
+            session.testsfailed = check(self)
+            self.graph.close()
+            return True
+        failed = 0
+        runs = list(self.operators.values())
+        for i, run in enumerate(runs):
+            # an operator's minimum: one round that keeps each correctness worker busy once
+            slot = self.clock.slot(len(runs) - i, self.settings.jobs) if self.clock.limited else None
+            failed += self._one(run, slot)
+            self.config.hook.pytest_kope_operator_done(
+                operator=run.op.name, summary=run.summary, config=self.config
+            )
+        session.testsfailed = failed
+        self._finish()
+        return True
+
+    def _one(self, run: OperatorRun, slot: Slot | None) -> int:
+        """Optimize one operator into `run.summary`; 1 when it stopped on an error, else 0."""
+        name = run.op.name
+        if self.clock.limited and slot is None:
+            why = f"the time budget ({self.clock.minutes:g} min) ran out before it began"
+            self.say(f"kope {name}: not started: {why}")
+            run.summary = {"name": name, "verified": False, "stopped": stopped(Stop.NOT_REACHED, why)}
+            return 0
+        try:
+            run.summary = OperatorLoop(self, run, slot).run()
+            return 0
+        except KopeError as e:  # BaselineBroken, an unavailable toolchain, no correctness tests
+            self.say(f"kope {name}: STOPPED: {e}", red=True)
+            run.summary = {
+                "name": name,
+                "error": str(e),
+                "verified": False,
+                "stopped": stopped(Stop.ERROR, str(e)),
+            }
+            return 1
+
+    # -- setup -----------------------------------------------------------------------------------
+    def _start(self) -> None:
+        """Open the graph and the run's folder, find git, say what is available, start the run."""
+        self._open_store()
+        if self.since_line:
+            self.say(self.since_line)
+        s = self.settings
+        self.say(
+            f"kope: run {self.run_id}, agent {s.agent} ({self.agent.name}), budget {s.budget} "
+            f"evaluations per operator, {len(self.operators)} operator(s)"
+        )
+        self._toolchains()
+        for line in sandbox.isolation_summary():
+            self.say(f"kope: isolation: {line}")
+        hw: dict[str, Any] = {}
+        for run in self.operators.values():
+            hw = toolchain_of(self.config, run.op.toolchain).fingerprint()
+            break
+        self.hardware = hw
+        if hw:
+            self.say(f"kope: hardware: {label(hw, self.graph.ceilings(hw))}")
+        if self.clock.limited:
+            self.say(
+                f"kope: time budget {self.clock.minutes:g} min for the whole run, shared by the operators"
+            )
+        self.graph.start_run(self.run_id, s.agent, hw)
+        if hasattr(self.agent, "graph_sink"):  # LLM agents report every call's tokens to the graph
+            self.agent.graph_sink = lambda op, model, used: self.graph.record_llm_call(
+                self.run_id, op, model, used
+            )
+
+    def _open_store(self) -> None:
+        """The run's home, `.kope/`, the graph, the run folder, git and the publisher."""
+        from ..memory.graph import Graph
+        from ..publish import Publisher
+        from ..vcs import Vcs
+
+        s = self.settings
+        home, warning = kope_home(
+            Path(str(self.config.rootpath)), [r.op.source for r in self.operators.values()]
+        )
+        self.home = home
+        if warning:
+            self.say(f"kope: {warning}", red=True)
+        base = self.kope_base = ensure_kope_dir(home / ".kope")
+        self.graph = Graph(Path(s.db) if s.db else base / "experience.db")
+        self.run_dir = ensure_kope_dir(base) / "runs" / self.run_id
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.vcs = None if s.no_commit else Vcs.find(home)
+        self.no_commit_why = (
+            "--kope-no-commit" if s.no_commit else "" if self.vcs else f"no git repository at {home}"
+        )
+        if self.vcs is not None:
+            for path in self.vcs.prune_stale_worktrees():
+                self.say(f"kope: removed a worktree a killed run left behind: {path}")
+        self.publisher = Publisher(self.config, self.vcs, self.run_id, s.prefix, self.run_dir, self.graph)
+        self.publisher.say = self.say
+
+    def _toolchains(self) -> None:
+        """Which toolchains work here, and why not (for the report)."""
+        hook = self.config.hook.pytest_kope_toolchain_names
+        names = sorted({n for names in hook(config=self.config) for n in names})
+        self.availability: dict[str, dict[str, Any]] = {}
+        for name in names:
+            try:
+                a = toolchain_of(self.config, name).availability()
+                self.availability[name] = {"available": a.ok, "reason": a.reason}
+            except Exception as e:  # a broken optional toolchain must not stop the C one
+                self.availability[name] = {"available": False, "reason": f"{type(e).__name__}: {e}"}
+            state = "available" if self.availability[name]["available"] else "unavailable"
+            self.say(f"kope: toolchain {name}: {state}: {self.availability[name]['reason']}")
+
+    # -- the end ---------------------------------------------------------------------------------
+    def _finish(self) -> None:
+        usage = self.agent.usage() if hasattr(self.agent, "usage") else {}
+        if hasattr(self.agent, "close"):
+            self.agent.close()
+        self.graph.finish_run(self.run_id, usage)
+        data = self._report_data(usage)
+        paths = report_formats.write(self.run_dir, data, self.settings.report)
+        if self.tw is not None:
+            self.tw.write_sep("=", "kope: results")
+            self.tw.write_line(report.final_table(data["operators"]))
+            self.tw.write_line(f"kope: report {report_formats.said(paths)}")
+            report.install_closing_line(self.tw, data["operators"])
+        self.graph.checkpoint()  # the WAL folded into the file, so a CI cache of experience.db is whole
+        self.graph.close()
+
+    def _report_data(self, usage: dict[str, Any]) -> dict[str, Any]:
+        from ..memory.lessons import learned_in_run
+
+        s = self.settings
+        ceilings = self.graph.ceilings(self.hardware) if self.hardware else None
+        return {
+            "run_id": self.run_id,
+            "hardware": self.hardware,
+            "hardware_name": label(self.hardware, ceilings) if self.hardware else "",
+            "agent": s.agent,
+            "budget": s.budget,
+            "patience": s.patience,
+            "explore_rate": self.explore_rate,
+            "time_budget_minutes": self.clock.minutes,
+            "seconds": round(self.clock.now() - self.clock.start, 1),
+            "availability": self.availability,
+            "isolation": sandbox.isolation_summary(),
+            "usage": usage,
+            "operators": [r.summary for r in self.operators.values()],
+            # per operator, the lessons this run taught or confirmed, strongest evidence first
+            "lessons": {name: learned_in_run(self.graph, self.run_id, name) for name in self.operators},
+        }
