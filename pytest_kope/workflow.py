@@ -654,6 +654,7 @@ class KopeSession:
             self.clock.verifies.append(time.monotonic() - verify_started)
             if verified is not None:
                 verified.speedup = verified.ratio
+                self.publisher.measure_peers(op, verified)  # --kope-peers, before the PR body is written
                 if self.vcs is not None:
                     branch, commit, why = self._commit(op, verified, baseline, history, hw, plan.files)
                     note = why
