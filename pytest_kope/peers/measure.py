@@ -119,7 +119,7 @@ def _loaded_openblas() -> list[ctypes.CDLL]:
     paths = {line.split()[-1] for line in maps.splitlines() if "openblas" in line.lower() and "/" in line}
     paths |= set(glob.glob(os.path.join(os.path.dirname(np.__file__), "..", "numpy.libs", "*openblas*")))
     libs = []
-    for p in sorted(paths):
+    for p in sorted({os.path.realpath(p) for p in paths}):
         try:
             libs.append(ctypes.CDLL(p))
         except OSError:
