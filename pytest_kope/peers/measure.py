@@ -1,6 +1,6 @@
 """Time kernels against their peers on the same buffers, interleaved, and against the measured roofline.
 
-    result = compare(CASES["softmax"], [("committed", text, "softmax.c")], build_dir, threads=2)
+    result = compare(CASES["softmax"], [("committed", text, "softmax.c", folder)], build_dir, threads=2)
 
 Every contender (the kernels given, then the case's peers) writes the one shared output buffer from the
 one set of inputs. After a warm-up call (torch.compile compiles there), each contender's output is
@@ -248,8 +248,7 @@ def _compare(
         if reference is None:
             reference = problem.out.astype(np.float64)
         log(f"{case.name}: {label} ready (error {errors[label]:.2g})")
-    tol = max(case.rtol, 0.0)
-    correct = {label: errors[label] <= tol for label in calls}
+    correct = {label: errors[label] <= case.rtol for label in calls}
     probe, rate_of = roof_call(problem, build_dir, threads)
     times = interleave({**calls, ROOF: probe}, rounds, block_s)
     peak = rate_of(statistics.median(times.pop(ROOF)))
