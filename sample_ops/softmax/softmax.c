@@ -1,24 +1,19 @@
 // kope: kernel void softmax(const float *x, float *y, int rows, int cols)
-// kope: param FAST_EXP = 0 | 1
 // kope: param VEC = 0 | 8 | 16
 // kope: param NT = 0 | 1
 // kope: param THREADS = 1 | 2
 // kope: flags -O2 | -O3 -march=native | -O3 -march=native -fno-math-errno -fno-trapping-math
-// kope: require FAST_EXP == 0 or VEC > 0
 //
 // Row-wise softmax: y[r, :] = exp(x[r, :] - max) / sum(exp(x[r, :] - max)).
-// The default is three plain scalar passes per row using libm expf.
-// FAST_EXP swaps in an inline exp that the compiler can vectorize (libm expf
-// only vectorizes under -ffast-math, which we avoid: see README); VEC is the
-// `omp simd` length (0 = leave loops to the compiler). NT keeps the exps in a
+// The default is three plain scalar passes per row using libm expf. VEC is the
+// `omp simd` length; VEC > 0 also swaps in an inline exp that the compiler can
+// vectorize (libm expf only vectorizes under -ffast-math, which we avoid: see
+// README; a vector loop around it would stay scalar). NT keeps the exps in a
 // row buffer in cache and streams the scaled row past the caches (see below).
 
 #include <math.h>
 #include <stdlib.h>
 
-#ifndef FAST_EXP
-#define FAST_EXP 0
-#endif
 #ifndef VEC
 #define VEC 0
 #endif
@@ -83,7 +78,7 @@ static void stream_out(float *restrict dst, const float *restrict src, long n) {
 #define SIMD(...)
 #endif
 
-#if FAST_EXP
+#if VEC > 0 /* vector loops get an exp they can vectorize (libm's never does) */
 // exp(x) = 2^n * e^r with n = round(x / ln2), |r| <= ln2/2; degree-6 Taylor
 // polynomial on r keeps the relative error near 2e-7. Branch-free so it
 // vectorizes. Inputs below -87 give ~1e-38 instead of 0 (harmless here).

@@ -1,21 +1,17 @@
 // kope: kernel void swiglu(const float *a, const float *b, float *y, long n)
-// kope: param FAST_EXP = 0 | 1
 // kope: param VEC = 0 | 8 | 16
 // kope: param NT = 0 | 1
 // kope: param THREADS = 1 | 2
 // kope: flags -O2 | -O3 -march=native | -O3 -march=native -fno-math-errno -fno-trapping-math
-// kope: require FAST_EXP == 0 or VEC > 0
 //
 // SwiGLU gate: y = silu(a) * b = a / (1 + exp(-a)) * b, elementwise.
 // The default calls libm expf per element, which never vectorizes without
-// -ffast-math (avoided: see README). FAST_EXP uses an inline, vectorizable exp.
+// -ffast-math (avoided: see README). VEC is the `omp simd` length, and VEC > 0
+// uses an inline, vectorizable exp (around libm's the loop would stay scalar).
 // NT streams the output past the caches (see below).
 
 #include <math.h>
 
-#ifndef FAST_EXP
-#define FAST_EXP 0
-#endif
 #ifndef VEC
 #define VEC 0
 #endif
@@ -80,7 +76,7 @@ static void stream_out(float *restrict dst, const float *restrict src, long n) {
 #define SIMD(...)
 #endif
 
-#if FAST_EXP
+#if VEC > 0 /* vector loops get an exp they can vectorize (libm's never does) */
 // exp(x) = 2^n * e^r with n = round(x / ln2), |r| <= ln2/2; degree-6 Taylor
 // polynomial on r keeps the relative error near 2e-7. Branch-free so it
 // vectorizes; the clamp keeps 2^n a normal float.
