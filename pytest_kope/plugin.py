@@ -196,6 +196,17 @@ def _review_options(g: Any, parser: pytest.Parser) -> None:
     _option(
         g,
         parser,
+        "kope-peers",
+        "after verifying a winner, time it next to its kernel-only peers (torch eager with out=, "
+        "torch.compile, numpy/OpenBLAS) and the measured roofline, in a jailed child, and put the "
+        "headline in report.md and the pull request (informational; operators the peers know)",
+        ini_type="bool",
+        action="store_true",
+        default=None,
+    )
+    _option(
+        g,
+        parser,
         "kope-since",
         "optimize only the operators whose kernel source or test modules changed since this git "
         "revision (plus any -k names)",

@@ -40,6 +40,7 @@ class Evidence:
     note: str = ""  # where the commit went, when not simply on top of the branch
     run_url: str = ""
     remote: str = "origin"
+    peers: str = ""  # --kope-peers: the winner next to its best kernel-only peer, measured this run
 
 
 def headline(e: Evidence) -> tuple[float, float, float]:
@@ -136,6 +137,8 @@ def body(e: Evidence) -> str:
         "",
         f"Kernel: `{e.source}`. Idea: {e.winner.candidate.idea} (agent `{e.winner.candidate.agent}`).",
     ]
+    if e.peers:
+        lines += ["", f"Next to the peers (informational, not judged): {e.peers}."]
     if e.note:
         lines += ["", f"> {e.note}"]
     lines += [

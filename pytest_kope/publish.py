@@ -114,7 +114,8 @@ class Publisher:
                 n for n in (target.note, done.moved_aside and f"{done.moved_aside}: on {done.branch}") if n
             )
             said = f"committed {done.sha[:10]} to {done.branch}" + (f" ({note})" if note else "")
-            self.results[op.name] = {"branch_note": note} if note else {}
+            if note:
+                self.results.setdefault(op.name, {})["branch_note"] = note
             if self.remote:
                 lease = target.remote_tip if done.branch == target.branch else None
                 said += "; " + self._push(op, done.branch, done.sha, lease, review=True, why=note)
@@ -168,6 +169,41 @@ class Publisher:
         if extra:
             message = "\n\n".join([head, *extra, rest])
         return message.rstrip("\n") + f"\nKope-Base: {self.vcs.base}\n"
+
+    # -- peers ---------------------------------------------------------------------------------------
+    def measure_peers(self, op: Any, baked: str) -> None:
+        """--kope-peers: the verified winner (`baked`: its source with its values as the defaults) next
+        to its kernel-only peers, measured in a jailed child (pytest_kope/peers); the headline goes into
+        report.json/report.md and the pull request."""
+        if not _option(self.config, "kope_peers") or op.toolchain != "c":
+            return
+        from .peers import child, headline
+        from .peers.measure import Comparison
+
+        source = Path(op.source)
+        if not child.applies(op.name, source.read_text()):
+            return
+        self.say(f"kope {op.name}: timing the winner next to its peers (--kope-peers)")
+        data = child.measure(op.name, source, baked, source.parent)
+        if "error" in data:
+            entry = {"error": self._secret(str(data["error"]))}
+        else:
+            versions = data.pop("versions", {})
+            result = Comparison.from_json(data)
+            best = result.get("winner")
+            entry = {
+                "headline": headline(result, "winner"),
+                "best_peer": result.best_peer,
+                "ratio": best.vs_best_peer if best else None,
+                "ratio_low": best.vs_best_peer_low if best else None,
+                "ratio_high": best.vs_best_peer_high if best else None,
+                "roof": result.roof,
+                "roof_fraction": best.roof_fraction if best else None,
+                "threads": result.threads,
+                "versions": versions,
+            }
+        self.results.setdefault(op.name, {})["peers"] = entry
+        self.say(f"kope {op.name}: {entry.get('headline') or entry.get('error')}")
 
     # -- review --------------------------------------------------------------------------------------
     def _review(
@@ -234,6 +270,7 @@ class Publisher:
             build=self._build_line(op, verified),
             note=note,
             run_url=self.settings.run_url if self.settings else "",
+            peers=str((self.results.get(op.name, {}).get("peers") or {}).get("headline", "")),
             remote=self.remote or "origin",
         )
 

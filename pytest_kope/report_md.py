@@ -84,6 +84,11 @@ def _before_after(o: dict[str, Any]) -> str:
     return f"{before}: no faster kernel found; nothing committed."
 
 
+def _peer_line(name: str, peers: dict[str, Any]) -> str:
+    """--kope-peers' headline for one operator, or why there is none."""
+    return str(peers.get("headline") or f"{name}: no peer comparison ({peers.get('error', 'none')})")
+
+
 def operator_section(
     o: dict[str, Any], lessons: list[dict[str, Any]], budget: int | None = None
 ) -> list[str]:
@@ -106,6 +111,8 @@ def operator_section(
     if best.get("idea") and o.get("speedup", 1.0) > 1.0:
         params = " ".join(f"{k}={v}" for k, v in sorted((best.get("params") or {}).items()))
         lines.append(f"- Winner: {best['idea']}" + (f" (`{params}`)" if params else ""))
+    if o.get("peers"):
+        lines.append(f"- Next to the peers: {_peer_line(o['name'], o['peers'])}")
     if o.get("note") and not (o.get("commit") and o["note"].startswith("committed")):
         lines.append(f"- Note: {o['note']}")
     if lessons:
@@ -134,6 +141,14 @@ def markdown(data: dict[str, Any]) -> str:
         final_table(operators, fmt="github"),
         "",
     ]
+    peers = [(o["name"], o["peers"]) for o in operators if o.get("peers")]
+    if peers:  # --kope-peers
+        lines += [
+            "Next to the kernel-only peers (measured after verification; informational, not judged):",
+            "",
+        ]
+        lines += [f"- {_peer_line(name, p)}" for name, p in peers]
+        lines.append("")
     review = review_lines(operators)  # pushes, pull requests, speedup plots
     lines += [*review[1:], ""] if review else []
     lines += _usage_section(data)

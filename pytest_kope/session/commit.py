@@ -33,10 +33,12 @@ def conclude(s: KopeSession, loop: OperatorLoop, p: Progress, seconds: float) ->
         loop.say(f"verifying {p.incumbent.candidate.short} in a fresh process against the baseline")
         verified, note = verify(loop.judge, p.baseline, p.incumbent, s.settings.min_gain)
         s.clock.verifies.append(time.monotonic() - started)
+        # the toolchain writes the winning values in as the defaults, so the committed file builds the
+        # winner; publish.py commits it (never losing a commit), pushes, opens the pull request
+        baked = loop.tc.bake(verified.candidate.source, verified.candidate.params) if verified else ""
+        if verified is not None:
+            s.publisher.measure_peers(op, baked)  # --kope-peers, before the PR body is written
         if verified is not None and s.vcs is not None:
-            # the toolchain writes the winning values in as the defaults, so the committed file builds
-            # the winner; publish.py commits it (never losing a commit), pushes, opens the pull request
-            baked = loop.tc.bake(verified.candidate.source, verified.candidate.params)
             branch, commit, note = s.publisher.commit(
                 op, verified, p.baseline, p.history, loop.hw, loop.plan.files, baked
             )

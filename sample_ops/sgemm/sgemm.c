@@ -7,6 +7,7 @@
 // kope: flags -O2 | -O3 -march=native | -O3 -march=native -fno-math-errno -fno-trapping-math
 // kope: require KERNEL == 1 or (MR == 4 and NR == 16 and KC == 64)
 // kope: require MR * NR <= 256
+// kope: require KERNEL == 0 or flags != "-O2"
 //
 // C = A @ B, all row-major: A is M x K, B is K x N, C is M x N.
 //   KERNEL 0: plain i-k-j loops (the default): each row of C accumulates scaled
@@ -17,6 +18,9 @@
 //             MR x NR tile of C stays in vector registers across the slice.
 //             MR * NR / 16 accumulators must leave room in the 32 AVX-512
 //             registers, hence MR * NR <= 256.
+//             Its vector width follows the target: at -O2 (no -march) that is
+//             SSE's 4 lanes, a register tile too narrow to pay, hence no KERNEL 1
+//             without -march=native.
 // THREADS splits the rows of C.
 
 #include <stdlib.h>

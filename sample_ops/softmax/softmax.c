@@ -1,26 +1,74 @@
 // kope: kernel void softmax(const float *x, float *y, int rows, int cols)
-// kope: param FAST_EXP = 0 | 1
 // kope: param VEC = 0 | 8 | 16
+// kope: param NT = 0 | 1
 // kope: param THREADS = 1 | 2
 // kope: flags -O2 | -O3 -march=native | -O3 -march=native -fno-math-errno -fno-trapping-math
-// kope: require FAST_EXP == 0 or VEC > 0
 //
 // Row-wise softmax: y[r, :] = exp(x[r, :] - max) / sum(exp(x[r, :] - max)).
-// The default is three plain scalar passes per row using libm expf.
-// FAST_EXP swaps in an inline exp that the compiler can vectorize (libm expf
-// only vectorizes under -ffast-math, which we avoid: see README); VEC is the
-// `omp simd` length (0 = leave loops to the compiler).
+// The default is three plain scalar passes per row using libm expf. VEC is the
+// `omp simd` length; VEC > 0 also swaps in an inline exp that the compiler can
+// vectorize (libm expf only vectorizes under -ffast-math, which we avoid: see
+// README; a vector loop around it would stay scalar). NT keeps the exps in a
+// row buffer in cache and streams the scaled row past the caches (see below).
 
 #include <math.h>
+#include <stdlib.h>
 
-#ifndef FAST_EXP
-#define FAST_EXP 0
-#endif
 #ifndef VEC
 #define VEC 0
 #endif
+#ifndef NT
+#define NT 0
+#endif
 #ifndef THREADS
 #define THREADS 1
+#endif
+
+#if NT
+/* NT: the output leaves through streaming (non-temporal) stores, which write whole cache lines
+   without first reading them from memory (write-allocate): a third less traffic for a kernel that
+   reads one buffer and writes another. x86 has them (the widest the flags enable); elsewhere the
+   same code stores normally. The kernel computes into a buffer that stays in cache, then streams it. */
+#if defined(__SSE__)
+#include <immintrin.h>
+#endif
+#if defined(__AVX512F__)
+#define VW 16
+#elif defined(__AVX__)
+#define VW 8
+#else
+#define VW 4
+#endif
+typedef float vf __attribute__((vector_size(VW * sizeof(float))));
+
+/* dst[0:n] = src[0:n]; the part of dst aligned to whole vectors through streaming stores */
+static void stream_out(float *restrict dst, const float *restrict src, long n) {
+    long i = 0;
+    for (; i < n && (unsigned long)(dst + i) % sizeof(vf); i++)
+        dst[i] = src[i];
+    for (; i + VW <= n; i += VW) {
+        vf v;
+        __builtin_memcpy(&v, src + i, sizeof v);
+#if defined(__AVX512F__)
+        _mm512_stream_ps(dst + i, (__m512)v);
+#elif defined(__AVX__)
+        _mm256_stream_ps(dst + i, (__m256)v);
+#elif defined(__SSE__)
+        _mm_stream_ps(dst + i, (__m128)v);
+#else
+        __builtin_memcpy(dst + i, &v, sizeof v);
+#endif
+    }
+    for (; i < n; i++)
+        dst[i] = src[i];
+}
+
+/* streaming stores are weakly ordered: each thread fences before the kernel returns */
+#if defined(__SSE__)
+#define FENCE() _mm_sfence()
+#else
+#define FENCE()
+#endif
 #endif
 
 #define PRAGMA(x) _Pragma(#x)
@@ -30,7 +78,7 @@
 #define SIMD(...)
 #endif
 
-#if FAST_EXP
+#if VEC > 0 /* vector loops get an exp they can vectorize (libm's never does) */
 // exp(x) = 2^n * e^r with n = round(x / ln2), |r| <= ln2/2; degree-6 Taylor
 // polynomial on r keeps the relative error near 2e-7. Branch-free so it
 // vectorizes. Inputs below -87 give ~1e-38 instead of 0 (harmless here).
@@ -56,24 +104,37 @@ static inline float exp_approx(float x) {
 #endif
 
 void softmax(const float *x, float *y, int rows, int cols) {
-    PRAGMA(omp parallel for num_threads(THREADS) if(THREADS > 1) schedule(static))
-    for (int r = 0; r < rows; r++) {
-        const float *xr = x + (long)r * cols;
-        float *yr = y + (long)r * cols;
-        float m = -INFINITY;
-        SIMD(reduction(max : m))
-        for (int c = 0; c < cols; c++)
-            m = xr[c] > m ? xr[c] : m;
-        float s = 0.0f;
-        SIMD(reduction(+ : s))
-        for (int c = 0; c < cols; c++) {
-            float e = EXP(xr[c] - m);
-            yr[c] = e;
-            s += e;
+    PRAGMA(omp parallel num_threads(THREADS) if(THREADS > 1))
+    {
+        /* NT: this thread's row of exps (out of memory: rows go straight to y) */
+        float *t = NT ? malloc(sizeof(float) * (cols > 0 ? cols : 1)) : NULL;
+        PRAGMA(omp for schedule(static))
+        for (int r = 0; r < rows; r++) {
+            const float *xr = x + (long)r * cols;
+            float *yr = y + (long)r * cols, *e = t ? t : yr;
+            float m = -INFINITY;
+            SIMD(reduction(max : m))
+            for (int c = 0; c < cols; c++)
+                m = xr[c] > m ? xr[c] : m;
+            float s = 0.0f;
+            SIMD(reduction(+ : s))
+            for (int c = 0; c < cols; c++) {
+                float v = EXP(xr[c] - m);
+                e[c] = v;
+                s += v;
+            }
+            float inv = 1.0f / s;
+            SIMD()
+            for (int c = 0; c < cols; c++)
+                e[c] *= inv;
+#if NT
+            if (t)
+                stream_out(yr, t, cols);
+#endif
         }
-        float inv = 1.0f / s;
-        SIMD()
-        for (int c = 0; c < cols; c++)
-            yr[c] *= inv;
+        free(t);
+#if NT
+        FENCE();
+#endif
     }
 }

@@ -1,0 +1,277 @@
+"""Time kernels against their peers on the same buffers, interleaved, and against the measured roofline.
+
+    result = compare(CASES["softmax"], [("committed", text, "softmax.c", folder)], build_dir, threads=2)
+
+Every contender (the kernels given, then the case's peers) writes the one shared output buffer from the
+one set of inputs. After a warm-up call (torch.compile compiles there), each contender's output is
+checked against the first kernel's (poisoned with NaN before, so an unwritten output fails); one that
+does not match is timed but never the best peer. Then rounds: each round times a block of calls of every
+contender (the order rotates each round), and a contender's figure is the median per-call time over the
+rounds with a distribution-free 95% interval; its speed relative to the best peer is the median of the
+per-round ratios (best peer's time / its time, same round) with its interval.
+
+The roof is this machine's, measured in the same rounds on buffers allocated the same way (numpy's,
+huge pages where the system gives them), at the same thread count, by `roof.c` built with the
+project's C toolchain at -march=native: STREAM-style copy (libc memcpy per thread, which picks
+non-temporal stores for large copies) and read (8 vector accumulators per thread) over the problem's
+working set, and the FMA peak (independent chains of vector FMAs in GCC vector extensions). Its median
+over the rounds is the roof; each contender's fraction of it is bytes moved / its median time /
+bandwidth (copy roof: bytes read + written over the copy rate; read roof: over the read rate), or
+FLOPs / time / FMA peak. A kernel with non-temporal stores can pass 1 on a copy roof by a little.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+import statistics
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..candidate import Candidate
+from ..judge.stats import PairedRatio, median_ci
+from ..spec import parse_spec
+from ..toolchains.base import Kernel
+from ..toolchains.c import CToolchain
+from .cases import Call, Case, Problem
+
+KERNEL, PEER = "kernel", "peer"
+ROOF = "roof"
+
+
+@dataclass(frozen=True)
+class Timed:
+    """One contender's figures over the rounds."""
+
+    label: str
+    kind: str  # KERNEL or PEER
+    median_s: float
+    low_s: float
+    high_s: float
+    correct: bool
+    error: float  # largest difference from the reference output over its largest magnitude
+    roof_fraction: float
+    vs_best_peer: float | None = None  # best peer's time / this time, median over rounds
+    vs_best_peer_low: float | None = None
+    vs_best_peer_high: float | None = None
+    params: dict[str, Any] = field(default_factory=dict)  # a kernel's tuning point
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One operator: its contenders, the best peer, the roof and the conditions of the measurement."""
+
+    operator: str
+    threads: int
+    rounds: int
+    roof: str  # copy, read or fma
+    roof_value: float  # GB/s or GFLOP/s
+    bytes_moved: int
+    flops: float
+    timed: tuple[Timed, ...]
+    best_peer: str | None
+    compile_s: float  # torch.compile's compile time (first calls), not timed
+    seconds: float  # wall time of this operator's comparison
+
+    def get(self, label: str) -> Timed | None:
+        return next((t for t in self.timed if t.label == label), None)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Comparison:
+        timed = tuple(Timed(**t) for t in data["timed"])
+        return cls(**{**data, "timed": timed})
+
+
+def use_threads(threads: int, torch: Any) -> list[str]:
+    """Run torch and numpy's BLAS at `threads` threads through their own calls (the environment stays
+    as the user set it); what was set, for the record."""
+    done = []
+    if torch is not None:
+        torch.set_num_threads(threads)
+        done.append(f"torch.set_num_threads({threads})")
+    for lib in _loaded_openblas():
+        for name in ("openblas_set_num_threads", "scipy_openblas_set_num_threads64_"):
+            fn = getattr(lib, name, None)
+            if fn is not None:
+                fn(ctypes.c_int(threads))
+                done.append(f"{name}({threads})")
+                break
+    return done
+
+
+def _loaded_openblas() -> list[ctypes.CDLL]:
+    import numpy  # noqa: F401 - its BLAS is what is looked for
+
+    try:
+        maps = Path("/proc/self/maps").read_text()
+    except OSError:
+        maps = ""
+    paths = {line.split()[-1] for line in maps.splitlines() if "openblas" in line.lower() and "/" in line}
+    paths |= set(glob.glob(os.path.join(os.path.dirname(np.__file__), "..", "numpy.libs", "*openblas*")))
+    libs = []
+    for p in sorted({os.path.realpath(p) for p in paths}):
+        try:
+            libs.append(ctypes.CDLL(p))
+        except OSError:
+            continue
+    return libs
+
+
+def build(source: str, filename: str, folder: Path, build_dir: Path) -> tuple[Kernel, dict[str, Any]]:
+    """The kernel of `source` at its declared defaults, built by the project's C toolchain."""
+    spec = parse_spec(source, filename)
+    params = spec.space.defaults
+    candidate = Candidate(source=source, filename=filename, toolchain="c", params=params, idea="peers")
+    return CToolchain().build(candidate, replace(spec, include_dirs=(str(folder),)), build_dir), params
+
+
+ROOF_C = Path(__file__).with_name("roof.c")
+FLOPS_AT = 1024  # roof.c: out[FLOPS_AT + thread] is the FLOPs per rep that thread did
+FMA_REPS = 1_000_000
+
+
+def roof_call(problem: Problem, build_dir: Path, threads: int) -> tuple[Call, Callable[[float], float]]:
+    """A call of the roof probe for this problem, and the rate (GB/s or GFLOP/s) of a call that took t s."""
+    kernel, _ = build(ROOF_C.read_text(), ROOF_C.name, ROOF_C.parent, build_dir)
+    fns = {name: f.raw for name, f in kernel.functions.items()}
+    if problem.roof == "fma":
+        out = np.zeros(2 * FLOPS_AT, dtype=np.float32)
+        fns["roof_fma"](out, 1, threads)
+        flops = float(out[FLOPS_AT : FLOPS_AT + threads].sum()) * FMA_REPS
+        return (lambda: fns["roof_fma"](out, FMA_REPS, threads)), (lambda t: flops / t / 1e9)
+    if problem.roof == "read":
+        a = np.ones(problem.bytes_moved // 4, dtype=np.float32)
+        sums = np.zeros(max(threads, 1), dtype=np.float32)
+        return (lambda: fns["roof_read"](a, sums, a.size, threads)), (lambda t: a.nbytes / t / 1e9)
+    src = np.ones(problem.bytes_moved // 8, dtype=np.float32)
+    dst = np.empty_like(src)
+    return (lambda: fns["roof_copy"](src, dst, src.size, threads)), (lambda t: 2 * src.nbytes / t / 1e9)
+
+
+def _bound(fn: Callable[..., object], args: tuple[Any, ...]) -> Call:
+    return lambda: fn(*args)
+
+
+def interleave(calls: dict[str, Call], rounds: int, block_s: float) -> dict[str, list[float]]:
+    """Per-call seconds of each contender per round; each round one block of calls of every contender,
+    in an order that rotates by one each round."""
+    iters: dict[str, int] = {}
+    for name, fn in calls.items():
+        t = time.perf_counter()
+        fn()
+        iters[name] = max(1, int(block_s / max(time.perf_counter() - t, 1e-7)))
+    names = list(calls)
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    for r in range(rounds):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            fn, n = calls[name], iters[name]
+            t = time.perf_counter()
+            for _ in range(n):
+                fn()
+            times[name].append((time.perf_counter() - t) / n)
+    return times
+
+
+def _check(call: Call, out: np.ndarray, reference: np.ndarray | None) -> float:
+    out.fill(np.nan)
+    call()
+    if reference is None:
+        return 0.0 if np.isfinite(out).all() else float("inf")
+    scale = float(np.max(np.abs(reference))) or 1.0
+    diff = np.abs(out.astype(np.float64) - reference)
+    return float("inf") if not np.isfinite(diff).all() else float(diff.max()) / scale
+
+
+def compare(
+    case: Case,
+    kernels: Sequence[tuple[str, str, str, Path]],
+    build_dir: Path,
+    threads: int,
+    rounds: int = 15,
+    block_s: float = 0.05,
+    torch: Any = None,
+    seed: int = 0,
+    log: Callable[[str], None] = lambda _: None,
+    compiled: bool = True,
+) -> Comparison:
+    """Time `kernels` ((label, source text, file name, folder), the first is the reference output)
+    against the case's peers on shared buffers; see the module doc. `compiled=False` leaves out the
+    torch.compile peers (their first compile takes 10-60 s)."""
+    # torch imports parts of itself lazily on first use, some with deprecation warnings of its own
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return _compare(case, kernels, build_dir, threads, rounds, block_s, torch, seed, log, compiled)
+
+
+def _compare(
+    case: Case,
+    kernels: Sequence[tuple[str, str, str, Path]],
+    build_dir: Path,
+    threads: int,
+    rounds: int,
+    block_s: float,
+    torch: Any,
+    seed: int,
+    log: Callable[[str], None],
+    compiled: bool,
+) -> Comparison:
+    start = time.monotonic()
+    problem = case.make(np.random.default_rng(seed), torch)
+    calls: dict[str, Call] = {}
+    kinds: dict[str, str] = {}
+    params: dict[str, dict[str, Any]] = {}
+    for label, text, filename, folder in kernels:
+        kernel, params[label] = build(text, filename, folder, build_dir)
+        if not case.matches(tuple(parse_spec(text, filename).kernels)):
+            raise ValueError(f"{label}: {filename} does not declare {case.name}'s prototype {case.prototype}")
+        calls[label], kinds[label] = _bound(kernel.functions[case.name].raw, problem.args), KERNEL
+    for label, fn in {**problem.peers, **(problem.compiled if compiled else {})}.items():
+        calls[label], kinds[label] = fn, PEER
+    errors: dict[str, float] = {}
+    reference = None
+    compile_s = 0.0
+    for label, fn in calls.items():
+        t = time.perf_counter()
+        errors[label] = _check(fn, problem.out, reference)
+        if label in problem.compiled:
+            compile_s += time.perf_counter() - t
+        if reference is None:
+            reference = problem.out.astype(np.float64)
+        log(f"{case.name}: {label} ready (error {errors[label]:.2g})")
+    correct = {label: errors[label] <= case.rtol for label in calls}
+    probe, rate_of = roof_call(problem, build_dir, threads)
+    times = interleave({**calls, ROOF: probe}, rounds, block_s)
+    peak = rate_of(statistics.median(times.pop(ROOF)))
+    medians = {label: statistics.median(ts) for label, ts in times.items()}
+    peers = [label for label in calls if kinds[label] == PEER and correct[label]]
+    best = min(peers, key=medians.__getitem__) if peers else None
+    timed = []
+    for label, ts in times.items():
+        low, high = median_ci(ts)
+        rate = (
+            problem.flops / medians[label] / 1e9
+            if problem.roof == "fma"
+            else problem.bytes_moved / medians[label] / 1e9
+        )
+        ratio = PairedRatio.of(times[best], ts) if best is not None else None
+        timed.append(
+            Timed(
+                label, kinds[label], medians[label], low, high, correct[label], errors[label], rate / peak,
+                ratio.median if ratio else None, ratio.low if ratio else None, ratio.high if ratio else None,
+                params.get(label, {}),
+            )
+        )  # fmt: skip
+    return Comparison(
+        case.name, threads, rounds, problem.roof, peak, problem.bytes_moved, problem.flops, tuple(timed), best,
+        compile_s, time.monotonic() - start,
+    )  # fmt: skip
