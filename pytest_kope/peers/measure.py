@@ -213,6 +213,25 @@ def compare(
         return _compare(case, kernels, build_dir, threads, rounds, block_s, torch, seed, log, compiled)
 
 
+def _ready(
+    case: Case, problem: Problem, calls: dict[str, Call], log: Callable[[str], None]
+) -> tuple[dict[str, float], float]:
+    """Call each kernel and peer once: its error against the first (the committed kernel), and the
+    seconds torch.compile took on its first calls."""
+    errors: dict[str, float] = {}
+    reference = None
+    compile_s = 0.0
+    for label, fn in calls.items():
+        t = time.perf_counter()
+        errors[label] = _check(fn, problem.out, reference)
+        if label in problem.compiled:
+            compile_s += time.perf_counter() - t
+        if reference is None:
+            reference = problem.out.astype(np.float64)
+        log(f"{case.name}: {label} ready (error {errors[label]:.2g})")
+    return errors, compile_s
+
+
 def _compare(
     case: Case,
     kernels: Sequence[tuple[str, str, str, Path]],
@@ -237,17 +256,7 @@ def _compare(
         calls[label], kinds[label] = _bound(kernel.functions[case.name].raw, problem.args), KERNEL
     for label, fn in {**problem.peers, **(problem.compiled if compiled else {})}.items():
         calls[label], kinds[label] = fn, PEER
-    errors: dict[str, float] = {}
-    reference = None
-    compile_s = 0.0
-    for label, fn in calls.items():
-        t = time.perf_counter()
-        errors[label] = _check(fn, problem.out, reference)
-        if label in problem.compiled:
-            compile_s += time.perf_counter() - t
-        if reference is None:
-            reference = problem.out.astype(np.float64)
-        log(f"{case.name}: {label} ready (error {errors[label]:.2g})")
+    errors, compile_s = _ready(case, problem, calls, log)
     correct = {label: errors[label] <= case.rtol for label in calls}
     probe, rate_of = roof_call(problem, build_dir, threads)
     times = interleave({**calls, ROOF: probe}, rounds, block_s)
