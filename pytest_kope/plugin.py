@@ -65,8 +65,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         g,
         parser,
         "kope-explore",
-        "share of the tuner's proposals that may retry values the experience graph marks as losing "
-        "here (default 0.1; 0: never)",
+        "least share of the tuner's proposals that ignore the experience graph and explore "
+        "(default 0.1; the bandit may explore more)",
         type=float,
     )
     _option(

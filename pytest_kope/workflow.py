@@ -593,7 +593,7 @@ class KopeSession:
     def _recaller(self, op: Operator, hw: dict):
         from .memory.recall import RecallQuery
 
-        def recall(state: str = "", budget: int = 12):
+        def recall(state: str = "", budget: int = 12, points: bool = False):
             query = RecallQuery(
                 operator=op.name,
                 family=op.family,
@@ -602,6 +602,7 @@ class KopeSession:
                 state=state,
                 max_items=budget if budget <= 100 else 12,
                 max_tokens=budget if budget > 100 else None,
+                points=points,  # past attempts' params and speedups, for the tuner's effect model
             )
             result = self.graph.recall(query)
             self.graph.mark_used(self.run_id, op.name, result)
