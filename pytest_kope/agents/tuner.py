@@ -41,6 +41,7 @@ HARDWARE_WEIGHT = {"hardware": 1.0, "arch": 0.5, "other": 0.25}
 PRIOR_COUNT = 3.0  # own verdicts after which a source's measured agreement outweighs its closeness
 SOURCE_CAP = 24.0  # one source's points weigh at most as much as this many of this operator's own
 THOMPSON_SCALE = 0.25  # posterior draws shrunk towards the mean: explore less than full Thompson
+DECLARED_GAIN = 0.1  # prior log gain of a declared non-default value (see _declared_prior)
 DISCOUNT = 0.9  # the bandit forgets old rewards: the graph can stop paying midway
 
 
@@ -160,7 +161,8 @@ class Tuner:
             return
         s.fitted_at = len(s.observed)
         own = _observations(s.observed, "self", 1.0)
-        s.models["explore"] = AdditiveModel(s.space.axes, pairs=True).fit(own)
+        prior = _declared_prior(s.space)
+        s.models["explore"] = AdditiveModel(s.space.axes, pairs=True, prior_mean=prior).fit(own)
         if "graph" not in s.arms:
             return
         s.weights = self._source_weights(s)
@@ -168,7 +170,7 @@ class Tuner:
         for source, rows in s.sources.items():
             w = s.weights[source] * min(1.0, SOURCE_CAP / len(rows))
             data += _observations(rows, source, w)
-        s.models["graph"] = AdditiveModel(s.space.axes, pairs=True).fit(data)
+        s.models["graph"] = AdditiveModel(s.space.axes, pairs=True, prior_mean=prior).fit(data)
 
     def _source_weights(self, s: _Search) -> dict[str, float]:
         """Closeness times agreement: how well each source's own model ranks this operator's verdicts
@@ -251,6 +253,13 @@ class Tuner:
             if len(pool) >= POOL:
                 break
         return pool
+
+
+def _declared_prior(space: TuningSpace) -> dict[str, float]:
+    """A small prior gain for each declared alternative to an axis's default: a space keeps its
+    defaults plain and declares the values its author expects may help (before any verdict, a
+    non-default value is a better bet than the default)."""
+    return {value_key(n, v): DECLARED_GAIN for n, values in space.axes.items() for v in values[1:]}
 
 
 def _observations(

@@ -83,6 +83,7 @@ class AdditiveModel:
 
     axes: Mapping[str, Sequence[Any]]
     pairs: bool = False
+    prior_mean: Mapping[str, float] = field(default_factory=dict)  # value key -> prior effect (else 0)
     ridge: float = RIDGE
     pair_ridge: float = PAIR_RIDGE
     columns: list[str] = field(default_factory=list, init=False)
@@ -104,7 +105,8 @@ class AdditiveModel:
                     self.columns.append(value_key(a, va) + "&" + value_key(b, vb))
         self._index = {c: i for i, c in enumerate(self.columns)}
         self._main = len(mains)
-        self.mean = np.zeros(len(self.columns))
+        self._prior = np.array([self.prior_mean.get(c, 0.0) for c in self.columns])
+        self.mean = self._prior.copy()
         self.cov = self._prior_cov()
 
     def _prior_cov(self) -> Array:
@@ -136,7 +138,7 @@ class AdditiveModel:
                 self.counts[k] = self.counts.get(k, 0) + 1
         p = len(self.columns)
         if not obs:
-            self.mean, self.cov, self.sources = np.zeros(p), self._prior_cov(), []
+            self.mean, self.cov, self.sources = self._prior.copy(), self._prior_cov(), []
             return self
         self.sources = sorted({o.source for o in obs})
         s_index = {s: i for i, s in enumerate(self.sources)}
@@ -159,7 +161,8 @@ class AdditiveModel:
             cov = np.linalg.inv(precision)  # symmetric positive definite: every column has a prior
         except np.linalg.LinAlgError:
             cov = np.linalg.pinv(precision)
-        beta = cov @ (full.T @ (w * y))
+        shift = np.concatenate([self._prior, np.zeros(len(self.sources))])
+        beta = cov @ (full.T @ (w * y) + prior * shift)  # shrunk towards the prior mean, not 0
         resid = y - full @ beta
         dof = max(0.0, float(w.sum()) - min(len(beta), float(w.sum()) / 2))
         ssr = float((w * resid**2).sum())
