@@ -86,6 +86,9 @@ class Tuner:
 
     def _start(self, ctx: Context, space: TuningSpace) -> _Search:
         s = self.searches[ctx.operator.name] = _Search(space)
+        if space.allows(ctx.baseline.candidate.params):  # the committed kernel is a verdict too
+            s.observed.append((dict(ctx.baseline.candidate.params), math.log(ctx.baseline.speedup or 1.0)))
+            s.tried.update(value_key(k, v) for k, v in ctx.baseline.candidate.params.items())
         best = ctx.incumbent.speedup or 1.0
         state = "no kernel yet" if not ctx.history else f"correct at {best:.2f}x of baseline"
         try:
