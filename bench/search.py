@@ -12,6 +12,11 @@ timing noise; many seeds each:
 - Kernel Tuner's strategies in simulation mode over the same table (random, greedy ILS, genetic
   algorithm, Bayesian optimization, and others that are cheap).
 
+A larger space is composed from measured tables (rmsnorm then layernorm, 576 points): a two-kernel
+pipeline whose time is the sum of its kernels' measured times, every figure measured, only the
+composition synthetic (no warm run: its knobs share no name with the others'). Searches stop at 100
+evaluations.
+
 Reported per operator and strategy: evaluations to reach within 5% of the table's best (median over
 seeds, with the quartiles), and Kernel Tuner's methodology score over a budget of half the space,
 ((strategy - random) / (optimum - random) on the best time found so far, averaged over budgets
@@ -50,6 +55,8 @@ from pytest_kope.memory.graph import Graph  # noqa: E402
 TABLES = ROOT / "bench" / "tables"
 WITHIN = 0.95  # within 5% of the best speedup
 FILL_BUDGET = 16
+MAX_BUDGET = 100  # evaluations per search at most (the composed space has 576 points)
+COMPOSED = [("rmsnorm", "layernorm")]  # two-kernel pipelines, see compose()
 STRATEGIES = [
     "random_sample",
     "greedy_ils",
@@ -81,6 +88,40 @@ def load_tables(folder: Path, names: list[str]) -> list[Table]:
             continue
         tables.append(Table.from_json(data))
     return tables
+
+
+def compose(a: Table, b: Table) -> Table:
+    """A larger space built from two measured tables: a pipeline running kernel `a` then kernel `b`,
+    each with its own knobs (prefixed A_ and B_). Its time is the sum of the two kernels' measured
+    times (each committed kernel's seconds, from the table, over the point's speedup); a point is broken
+    when either half is. Synthetic in the composition only: every figure in it was measured."""
+
+    def committed_seconds(t: Table) -> float:
+        return float(statistics.median(r["seconds"] * r["ratio"] for r in t.rows.values() if r.get("ratio")))
+
+    ta, tb = committed_seconds(a), committed_seconds(b)
+    axes: dict[str, list[Any]] = {}
+    for prefix, t in (("A_", a), ("B_", b)):
+        for name, values in t.info().space.axes.items():
+            axes[prefix + name] = list(values)
+    lines = [f"// kope: kernel void {a.operator}_{b.operator}(const float *x, float *y, int rows, int cols)"]
+    lines += [f"// kope: param {n} = " + " | ".join(json.dumps(v) for v in vs) for n, vs in axes.items()]
+    points = []
+    for ra in a.rows.values():
+        for rb in b.rows.values():
+            params = {
+                **{"A_" + k: v for k, v in ra["params"].items()},
+                **{"B_" + k: v for k, v in rb["params"].items()},
+            }
+            if ra.get("ratio") and rb.get("ratio"):
+                ratio = (ta + tb) / (ta / ra["ratio"] + tb / rb["ratio"])
+                points.append({"params": params, "outcome": "ok", "ratio": ratio})
+            else:
+                points.append({"params": params, "outcome": "incorrect", "failure": "a half is broken"})
+    name = f"{a.operator}+{b.operator}"
+    return Table(
+        name, "pipeline", "\n".join(lines) + "\n", a.hardware, {point_key(p["params"]): p for p in points}
+    )
 
 
 def curve(speedups: list[float | None], budget: int) -> list[float]:
@@ -118,7 +159,7 @@ def kope_run(
     table: Table, seed: int, graph: Graph | None = None, budget: int | None = None, run_id: str = "search"
 ) -> list[Judged]:
     info = table.info()
-    budget = budget or len(table.rows)
+    budget = budget or min(len(table.rows), MAX_BUDGET)
     return run_search(
         Tuner(seed=seed), info, table.hardware, TableEvaluator(table), budget, graph=graph, run_id=run_id
     )
@@ -194,7 +235,7 @@ def kernel_tuner_run(table: Table, strategy: str, seed: int, work: Path) -> list
             cache=str(cache_file),
             simulation_mode=True,
             strategy=strategy,
-            strategy_options={"max_fevals": len(table.rows)},
+            strategy_options={"max_fevals": min(len(table.rows), MAX_BUDGET)},
             verbose=False,
             quiet=True,
         )
@@ -222,11 +263,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--strategies", default=",".join(STRATEGIES))
     parser.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "search.json")
+    parser.add_argument("--no-composed", action="store_true", help="skip the two-kernel pipeline spaces")
     args = parser.parse_args(argv)
     tables = {t.operator: t for t in load_tables(args.tables, [n for n in args.ops.split(",") if n])}
     if not tables:
         print("no usable tables: run python bench/tables.py first")
         return 1
+    composed = set()
+    if not args.no_composed:
+        for a, b in COMPOSED:
+            if a in tables and b in tables:
+                pipeline = compose(tables[a], tables[b])
+                composed.add(pipeline.operator)
+                tables[pipeline.operator] = pipeline
     strategies = [s for s in args.strategies.split(",") if s]
     shm = Path("/dev/shm")  # the replay's graphs need no durability: spare the disk thousands of fsyncs
     work = Path(tempfile.mkdtemp(prefix="kope-search-", dir=shm if shm.is_dir() else None))
@@ -242,11 +291,13 @@ def main(argv: list[str] | None = None) -> int:
             cold[(op, seed)] = kope_run(table, seed)
             add(op, "kope cold", [j.speedup if j.outcome.correct else None for j in cold[(op, seed)]])
     for seed in range(args.seeds):
-        fills = {op: (t, cold[(op, seed)][:FILL_BUDGET]) for op, t in tables.items()}
-        for op, table in tables.items():
+        real = [op for op in tables if op not in composed]  # a pipeline's knobs are named apart: no transfer
+        fills = {op: (tables[op], cold[(op, seed)][:FILL_BUDGET]) for op in real}
+        for op in real:
+            table = tables[op]
             for name, others in (
-                ("kope warm", [o for o in tables if o != op]),
-                ("kope warm other-family", [o for o in tables if tables[o].family != table.family]),
+                ("kope warm", [o for o in real if o != op]),
+                ("kope warm other-family", [o for o in real if tables[o].family != table.family]),
             ):
                 graph = fill(work / f"{name.replace(' ', '-')}-{op}-{seed}.db", fills, others)
                 try:
@@ -289,9 +340,10 @@ def report(
     for op, table in tables.items():
         best = table.best()
         size = len(table.rows)
-        budget = max(4, math.ceil(size / 2))
+        cap = min(size, MAX_BUDGET)
+        budget = min(max(4, math.ceil(size / 2)), MAX_BUDGET // 2)
         rand = random_curve(table, budget)
-        results[op] = {"space": size, "best": best, "budget": budget}
+        results[op] = {"space": size, "best": best, "budget": budget, "family": table.family}
         e_row: list[Any] = [f"{op} ({size})"]
         s_row: list[Any] = [op]
         for name in names:
@@ -301,7 +353,7 @@ def report(
                 s_row.append("-")
                 continue
             evals = [next((i for i, s in enumerate(r, 1) if (s or 0) >= WITHIN * best), None) for r in runs]
-            summary = summarize(evals, size)
+            summary = summarize(evals, cap)
             summary["score"] = score([curve(r, budget) for r in runs], rand, 1.0 / best)
             results[op][name] = summary
             missed = f" ({summary['missed']} missed)" if summary["missed"] else ""

@@ -136,10 +136,12 @@ def run_search(
         graph.start_run(run_id, agent.name, hardware)
         graph.record(task, run_id, baseline)
 
+    judged: set[str] = {baseline.candidate.hash}
+
     def seen(h: str) -> bool:
-        if graph is not None and task is not None:
-            return graph.lookup(task, h) is not None
-        return any(j.candidate.hash == h for j in history)
+        if h in judged:
+            return True
+        return graph is not None and task is not None and graph.lookup(task, h) is not None
 
     recall = _recaller(graph, info, hardware)
     while len(history) < budget:
@@ -156,6 +158,7 @@ def run_search(
         if graph is not None and task is not None:
             graph.distill(task, run_id)
         history += verdicts
+        judged.update(j.candidate.hash for j in verdicts)
         agent.observe(ctx, verdicts)
     return history
 

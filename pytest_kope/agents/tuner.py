@@ -60,6 +60,7 @@ class _Search:
     weights: dict[str, float] = field(default_factory=dict)  # source -> weight at the last refit
     models: dict[str, AdditiveModel] = field(default_factory=dict)
     fitted_at: int = -1
+    points: tuple[TuningSpace, list[dict[str, Any]]] | None = None  # the space, enumerated
 
 
 class Tuner:
@@ -74,6 +75,7 @@ class Tuner:
         self.recall_items = recall_items
         self.searches: dict[str, _Search] = {}
         self.proposed: set[str] = set()
+        self._hashes: dict[tuple[str, str], str] = {}  # (base hash, point) -> candidate hash
         self.done: str | None = None  # why the last propose() returned nothing, when it did
 
     def _base(self, ctx: Context) -> tuple[Candidate, TuningSpace]:
@@ -115,7 +117,7 @@ class Tuner:
         if not space.axes:  # nothing to tune: not a converged search, the loop reports "agent done"
             return []
         s = self.searches.get(ctx.operator.name) or self._start(ctx, space)
-        pool = [p for p in self._pool(space) if self._untried(ctx, base, p)]
+        pool = [p for p in self._pool(s, space) if self._untried(ctx, base, p)]
         if not pool:
             self.done = "tried every point of the tuning space"
             return []
@@ -238,12 +240,20 @@ class Tuner:
         return Candidate(base.source, base.filename, base.toolchain, dict(point), idea, self.name, base.hash)
 
     def _untried(self, ctx: Context, base: Candidate, point: dict[str, Any]) -> bool:
-        cand = self._candidate(base, point)  # the idea is not part of the hash
-        return cand.hash not in self.proposed and cand.hash != base.hash and not ctx.seen(cand.hash)
+        try:
+            key = repr(sorted(point.items()))
+        except TypeError:
+            key = json.dumps(point, sort_keys=True, default=str)
+        h = self._hashes.get((base.hash, key))
+        if h is None:  # the idea is not part of the hash
+            h = self._hashes[(base.hash, key)] = self._candidate(base, point).hash
+        return h not in self.proposed and h != base.hash and not ctx.seen(h)
 
-    def _pool(self, space: TuningSpace) -> list[dict[str, Any]]:
+    def _pool(self, s: _Search, space: TuningSpace) -> list[dict[str, Any]]:
         if space.size() <= POOL:
-            return list(space.points())
+            if s.points is None or s.points[0] is not space:  # enumerated once per search and space
+                s.points = (space, list(space.points()))
+            return list(s.points[1])
         names = list(space.axes)
         pool: list[dict[str, Any]] = []
         seen: set[str] = set()

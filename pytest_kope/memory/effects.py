@@ -16,6 +16,7 @@ it changed: the fit splits it among them, the more cleanly the more points it ha
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import json
@@ -36,6 +37,24 @@ RIDGE = (NOISE / EFFECT_SD) ** 2  # ridge penalties are prior precisions in unit
 PAIR_RIDGE = (NOISE / PAIR_SD) ** 2
 NOISE_PRIOR_COUNT = 3.0  # the noise estimate starts at NOISE and follows the residuals as data comes
 MIN_NOISE = 0.03  # floor of the residual sd (paired timing noise is a few %)
+
+
+@functools.lru_cache(maxsize=1)
+def _blas() -> Any:
+    """threadpoolctl's controller, when installed: BLAS threads on these small matrices cost more than
+    they give, and on a loaded 2-core machine OpenBLAS's spinning threads made one 200x200 Cholesky
+    take 0.7 s instead of a millisecond."""
+    try:
+        from threadpoolctl import ThreadpoolController
+    except ImportError:
+        return None
+    return ThreadpoolController()
+
+
+def one_blas_thread() -> Any:
+    """A context in which BLAS runs single-threaded (a no-op without threadpoolctl)."""
+    controller = _blas()
+    return controller.limit(limits=1, user_api="blas") if controller is not None else contextlib.nullcontext()
 
 
 @functools.lru_cache(maxsize=4096)
@@ -156,11 +175,12 @@ class AdditiveModel:
                 np.full(len(self.sources), 1e-4),  # intercepts: all but flat
             ]
         )
-        precision = full.T @ (full * w[:, None]) + np.diag(prior)
-        try:
-            cov = np.linalg.inv(precision)  # symmetric positive definite: every column has a prior
-        except np.linalg.LinAlgError:
-            cov = np.linalg.pinv(precision)
+        with one_blas_thread():
+            precision = full.T @ (full * w[:, None]) + np.diag(prior)
+            try:
+                cov = np.linalg.inv(precision)  # symmetric positive definite: every column has a prior
+            except np.linalg.LinAlgError:
+                cov = np.linalg.pinv(precision)
         shift = np.concatenate([self._prior, np.zeros(len(self.sources))])
         beta = cov @ (full.T @ (w * y) + prior * shift)  # shrunk towards the prior mean, not 0
         resid = y - full @ beta
@@ -184,7 +204,8 @@ class AdditiveModel:
     def sample(self, rng: np.random.Generator) -> Array:
         """One effect vector from the posterior (Thompson sampling)."""
         try:
-            chol = np.linalg.cholesky(self.cov + 1e-12 * np.eye(len(self.mean)))
+            with one_blas_thread():
+                chol = np.linalg.cholesky(self.cov + 1e-12 * np.eye(len(self.mean)))
         except np.linalg.LinAlgError:
             return self.mean.copy()
         return self.mean + chol @ rng.standard_normal(len(self.mean))
