@@ -49,7 +49,7 @@ sys.path.insert(0, str(ROOT))
 
 from pytest_kope.agents.search import Table, TableEvaluator, baseline_of, point_key, run_search  # noqa: E402
 from pytest_kope.agents.tuner import Tuner  # noqa: E402
-from pytest_kope.judge.outcome import Judged  # noqa: E402
+from pytest_kope.judge.outcome import Judged, Outcome  # noqa: E402
 from pytest_kope.memory.graph import Graph  # noqa: E402
 
 TABLES = ROOT / "bench" / "tables"
@@ -153,6 +153,16 @@ def score(curves: list[list[float]], rand: list[float], optimum: float) -> float
     num = sum(r - m for r, m in zip(rand, mean))
     den = sum(r - optimum for r in rand)
     return num / den if den > 0 else 1.0
+
+
+def speedups_of(history: list[Judged]) -> list[float | None]:
+    """Each evaluation's speedup (None: broken). A point a subset table lacks is not an evaluation:
+    Kernel Tuner never proposes one (its restriction keeps to the table), so neither counts it."""
+    return [
+        j.speedup if j.outcome.correct else None
+        for j in history
+        if not (j.outcome == Outcome.REJECTED and j.failures == ["not in the table"])
+    ]
 
 
 def kope_run(
@@ -289,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
     for op, table in tables.items():
         for seed in range(args.seeds):
             cold[(op, seed)] = kope_run(table, seed)
-            add(op, "kope cold", [j.speedup if j.outcome.correct else None for j in cold[(op, seed)]])
+            add(op, "kope cold", speedups_of(cold[(op, seed)]))
     for seed in range(args.seeds):
         real = [op for op in tables if op not in composed]  # a pipeline's knobs are named apart: no transfer
         fills = {op: (tables[op], cold[(op, seed)][:FILL_BUDGET]) for op in real}
@@ -305,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
                     history = kope_run(table, seed + 500, graph=graph, run_id=f"warm-{op}")
                 finally:
                     graph.close()
-                add(op, name, [j.speedup if j.outcome.correct else None for j in history])
+                add(op, name, speedups_of(history))
     for op, table in tables.items():
         for strategy in strategies:
             for seed in range(args.seeds):
