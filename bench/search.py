@@ -86,6 +86,11 @@ def load_tables(folder: Path, names: list[str]) -> list[Table]:
         if "header" not in data:
             print(f"{data['operator']}: table has no header: run python bench/tables.py")
             continue
+        if len(data["points"]) < data.get("space_size", 0) // 2:  # an interrupted measurement
+            print(
+                f"{data['operator']}: table has {len(data['points'])} of {data['space_size']} points: run python bench/tables.py"
+            )
+            continue
         tables.append(Table.from_json(data))
     return tables
 
@@ -351,7 +356,7 @@ def report(
         best = table.best()
         size = len(table.rows)
         cap = min(size, MAX_BUDGET)
-        budget = min(max(4, math.ceil(size / 2)), MAX_BUDGET // 2)
+        budget = min(max(4, math.ceil(size / 2)), MAX_BUDGET // 2, size)
         rand = random_curve(table, budget)
         results[op] = {"space": size, "best": best, "budget": budget, "family": table.family}
         e_row: list[Any] = [f"{op} ({size})"]
