@@ -77,8 +77,8 @@ def _search_options(g: Any, parser: pytest.Parser) -> None:
         g,
         parser,
         "kope-explore",
-        "share of the tuner's proposals that may retry values the experience graph marks as losing "
-        "here (default 0.1; 0: never)",
+        "least share of the tuner's proposals that ignore the experience graph and explore "
+        "(default 0.1; the bandit may explore more)",
         type=float,
     )
     _option(

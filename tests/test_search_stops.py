@@ -128,49 +128,70 @@ def context(graph: Graph, operator: str = "rowsum", family: str = "rowwise", hw:
     )
     info = OperatorInfo(operator, family, "c", "rowsum.c", SRC, spec.space, spec.kernels)
 
-    def recall(state: str = "", budget: int = 12):
-        return graph.recall(RecallQuery(operator, family, hw, "c", state, max_items=budget))
+    def recall(state: str = "", budget: int = 12, points: bool = False):
+        return graph.recall(RecallQuery(operator, family, hw, "c", state, max_items=budget, points=points))
 
     return Context(info, hw, base, base, [], 24, recall, lambda h: graph.lookup(task, h) is not None)
 
 
-def test_the_tuner_spends_nothing_on_values_lessons_mark_losing_then_says_it_converged(graph) -> None:
-    teach(graph, "rowsum", "rowwise", HW, {"THREADS": 2})
+def test_a_value_lessons_mark_losing_is_still_tried_but_ranked_last_by_the_graph(graph) -> None:
+    base = teach(graph, "rowsum", "rowwise", HW, {"THREADS": 2})
+    task = graph.task_id("rowsum", "rowwise", "c", HW)
+    graph.record(task, "r0", judged({"THREADS": 1, "VEC": 8}, 1.0, parent=base.candidate.hash))
+    graph.distill(task, "r0")  # VEC=8 alone changes nothing: the loss was THREADS=2's
     (lesson,) = [r for r in graph.lessons() if r["key"] == "THREADS=2"]
-    assert lesson["uses"] == 2 and lesson["wins"] == 0 and "slower" in lesson["text"]
+    assert lesson["uses"] == 2 and lesson["wins"] == 0 and "against THREADS=1" in lesson["text"]
+    assert lesson["text"].startswith("THREADS=2: 0.5")
     tuner, ctx = Tuner(seed=1, explore_rate=0.0), context(graph)
-    first = tuner.propose(ctx, 4)
-    assert sorted((c.params["THREADS"], c.params["VEC"]) for c in first) == [(1, 8), (1, 16)]
-    assert tuner.done is None
-    assert tuner.propose(ctx, 4) == []  # only THREADS=2 with VEC=0 is left: predicted slower
-    assert tuner.done.startswith("converged: each of the 1 untried points changes a value")
-    assert "(THREADS=2)" in tuner.done
+    first = tuner.propose(ctx, 1)
+    assert first[0].params == {"THREADS": 1, "VEC": 16}  # the graph arm goes first, believing the lesson
+    proposed = first + tuner.propose(ctx, 10)
+    # never left untried because a lesson said so: the last untried point is proposed too
+    assert sorted((c.params["THREADS"], c.params["VEC"]) for c in proposed) == [(1, 16), (2, 0)]
+    assert tuner.propose(ctx, 4) == [] and tuner.done == "tried every point of the tuning space"
+    assert tuner.untried("rowsum") == []
 
 
-def test_the_tuner_explores_a_losing_value_at_the_exploration_rate(graph) -> None:
+def test_the_bandit_turns_to_exploring_when_graph_led_proposals_stop_winning(graph) -> None:
     teach(graph, "rowsum", "rowwise", HW, {"THREADS": 2})
-    tuner, ctx = Tuner(seed=1, explore_rate=0.5), context(graph)
-    batch = tuner.propose(ctx, 4)
-    explored = [c for c in batch if c.idea.startswith("explore")]
-    assert len(batch) == 3 and len(explored) == 1
-    assert explored[0].params == {"THREADS": 2, "VEC": 0}  # the incumbent with that one value changed
-    assert explored[0].idea == "explore (THREADS=2 lost before): tune THREADS=2"
-    assert tuner.usage()["explorations"] == 1
+    tuner, ctx = Tuner(seed=1, explore_rate=0.0), context(graph)
+    tuner.propose(ctx, 1)
+    s = tuner.searches["rowsum"]
+    before = [tuner._arm(s) for _ in range(400)].count("explore")
+    for i in range(6):  # six graph-led proposals in a row that did not beat the incumbent
+        cand = Candidate(SRC, "rowsum.c", "c", {"THREADS": 1, "VEC": 8}, idea=str(i), agent="tuner")
+        s.arm_of[cand.hash] = "graph"
+        tuner.observe(ctx, [Judged(cand, Outcome.OK, speedup=1.0)])
+    after = [tuner._arm(s) for _ in range(400)].count("explore")
+    assert before < 150 and after > 250
 
 
 @pytest.mark.parametrize(
-    "operator, family, hw, vetoed",
+    "operator, family, hw, closeness",
     [
-        ("layernorm", "rowwise", HW, True),  # same family, same hardware
-        ("gelu", "elementwise", HW, False),  # another family
-        ("rowsum", "rowwise", OTHER_HW, False),  # another machine
+        ("rowsum", "rowwise", HW, 1.0),  # this operator on this machine, in an earlier run
+        ("layernorm", "rowwise", HW, 0.5),  # same family, same hardware
+        ("gelu", "elementwise", HW, 0.25),  # another family
+        ("rowsum", "rowwise", OTHER_HW, 0.5),  # another machine of the same arch
     ],
 )
-def test_lessons_veto_only_on_this_hardware_and_family(graph, operator, family, hw, vetoed) -> None:
+def test_a_source_weighs_by_its_closeness_before_any_verdict(graph, operator, family, hw, closeness) -> None:
     teach(graph, operator, family, hw, {"THREADS": 2})
-    tuner = Tuner(seed=1, explore_rate=0.0)
-    proposed = tuner.propose(context(graph), 6)
-    assert any(c.params["THREADS"] == 2 for c in proposed) is not vetoed
+    tuner = Tuner(seed=1)
+    tuner.propose(context(graph), 1)
+    (weight,) = tuner.source_weights("rowsum").values()
+    assert weight == pytest.approx(closeness)
+
+
+def test_a_source_that_ranks_this_operators_points_wrongly_loses_its_weight(graph) -> None:
+    teach(graph, "layernorm", "rowwise", HW, {"THREADS": 2})  # layernorm: THREADS=2 is 2x slower
+    tuner, ctx = Tuner(seed=1, explore_rate=0.0), context(graph)
+    proposed = tuner.propose(ctx, 4)
+    # here THREADS=2 is what helps: the opposite of what the source says
+    tuner.observe(ctx, [judged(c.params, 3.0 if c.params["THREADS"] == 2 else 1.1) for c in proposed])
+    tuner.propose(ctx, 1)  # refits: the source's predictions are compared with the verdicts
+    (weight,) = tuner.source_weights("rowsum").values()
+    assert weight < 0.5 * 0.5  # from its closeness 0.5 down by more than half
 
 
 def test_each_operator_gets_its_own_search(graph) -> None:
@@ -186,4 +207,5 @@ def test_each_operator_gets_its_own_search(graph) -> None:
         tuner.observe(ctx, [Judged(c, Outcome.OK, speedup=1.0) for c in first])
     started = [c for c in calls if c[1] == "no kernel yet"]
     assert [n for n, _ in started] == ["rowsum", "rmsnorm"]  # each operator recalled its own priors
-    assert {n: len(s.observed) for n, s in tuner.searches.items()} == {"rowsum": 2, "rmsnorm": 2}
+    # each search: the committed kernel and its own two verdicts
+    assert {n: len(s.observed) for n, s in tuner.searches.items()} == {"rowsum": 3, "rmsnorm": 3}

@@ -76,7 +76,7 @@ def pytest_kope_make_agent(name: str, config: pytest.Config) -> Any:
 
 
 def explore_rate(config: pytest.Config) -> float:
-    """--kope-explore (or ini kope_explore): the share of tuner proposals that may retry losing values."""
+    """--kope-explore (or ini kope_explore): the least share of tuner proposals that explore."""
     from .tuner import EXPLORE_RATE
 
     value = config.getoption("kope_explore")

@@ -1,56 +1,66 @@
 """The offline agent: searches the tuning space a kernel declares, no key needed.
 
-Strategy: model-guided search. A main-effects model (each axis value's mean effect on log speedup,
-shrunk towards zero) is fitted to every verdict so far, with the experience graph's recalled lessons
-as prior pseudo-observations; the next batch is the unseen points with the best upper confidence
-bound. Recalled exemplar points from similar operators and hardware go first.
+Strategy: Thompson sampling over an additive model of log speedup (memory/effects.py: one effect per
+parameter value, pairwise interactions shrunk harder, each with its uncertainty), refit after every
+verdict. Two arms, chosen by a Beta-Bernoulli bandit on "did the proposal beat the incumbent":
 
-It does not spend evaluations on what the graph already knows: a point that changes a parameter to a
-value the lessons mark as losing on this hardware, for this operator or its family (slower beyond
-noise, or broken, in most of at least two tries), is proposed only as a deliberate exploration, at
-most `explore_rate` of the proposals: the incumbent with that one value changed, so the verdict is
-about that value alone (a point changing several values charges a loss to all of them). When every untried point is such a point, the tuner has
-converged: it proposes nothing and says so in `done` (the search then stops). State is kept per
-operator: what one operator's search saw never skews another's.
+- **graph**: the model fitted on this operator's verdicts *and* the experience graph's past attempts
+  (other runs of this operator, its family, other families; this hardware, its arch, other machines),
+  each source weighted by its closeness (same operator and hardware most) times how well it has
+  predicted this operator's verdicts so far in the run (a source that ranks points wrongly fades out);
+- **explore**: the model fitted on this operator's verdicts alone, first covering the values of the
+  space nobody has tried in this search, whatever the graph says of them.
+
+When graph-led proposals stop beating the incumbent, the bandit shifts to exploring; with an empty
+graph only the explore arm exists. `explore_rate` is the least share of proposals the explore arm
+gets. No value is ruled out by a lesson: every value of every axis gets tried before the budget is
+spent unless the budget is smaller than what covering them takes (then `usage()["untried"]` names
+them). State is kept per operator: what one operator's search saw never skews another's.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import random
-from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from ..candidate import Candidate
-from ..judge.outcome import Judged
+from ..judge.outcome import Judged, Outcome
+from ..memory.effects import AdditiveModel, Observation, agreement, value_key
 from ..spec import TuningSpace, parse_spec
 from .base import Context
 
-FAILED = -1.0  # log-speedup charged to a point that broke correctness or did not build
+FAILED_DROP = 1.0  # a broken point counts as this much log speedup below the worst correct one seen
 POOL = 4000  # points scored per round when the space is larger than this
-LESSON_ITEMS = 100  # lessons recalled each round to find the losing values (all of a space's values)
-HERE = ("operator/hardware", "family/hardware")  # lesson scopes that may veto a value
 EXPLORE_RATE = 0.1
-
-
-def _value_key(name: str, value: Any) -> tuple[str, str]:
-    return name, json.dumps(value, sort_keys=True, default=str)
+OPERATOR_WEIGHT = {"operator": 1.0, "family": 0.5, "other": 0.25}  # how a source relates to this task
+HARDWARE_WEIGHT = {"hardware": 1.0, "arch": 0.5, "other": 0.25}
+PRIOR_COUNT = 3.0  # own verdicts after which a source's measured agreement outweighs its closeness
+SOURCE_CAP = 24.0  # one source's points weigh at most as much as this many of this operator's own
+THOMPSON_SCALE = 0.25  # posterior draws shrunk towards the mean: explore less than full Thompson
+DECLARED_GAIN = 0.1  # prior log gain of a declared non-default value (see _declared_prior)
+DISCOUNT = 0.9  # the bandit forgets old rewards: the graph can stop paying midway
 
 
 @dataclass
 class _Search:
-    """One operator's search: verdicts seen, prior from the graph, queued seeds, losing values."""
+    """One operator's search: own verdicts, the graph's points by source, the bandit, coverage."""
 
-    observed: list[tuple[dict, float]] = field(default_factory=list)
-    prior: dict[tuple[str, Any], float] = field(default_factory=dict)
-    queue: list[dict] = field(default_factory=list)
-    losing: dict[tuple[str, str], str] = field(default_factory=dict)  # (name, value) -> lesson text
-    proposals: int = 0
-    explored: int = 0
-    cache_key: tuple[int, int] | None = None
-    cache: Any = None
+    space: TuningSpace
+    observed: list[tuple[dict[str, Any], float | None]] = field(default_factory=list)  # None: broke
+    sources: dict[str, list[tuple[dict[str, Any], float | None]]] = field(default_factory=dict)
+    closeness: dict[str, float] = field(default_factory=dict)
+    arms: dict[str, list[float]] = field(default_factory=dict)  # arm -> [successes, failures] (+ prior)
+    arm_of: dict[str, str] = field(default_factory=dict)  # candidate hash -> the arm that proposed it
+    pulls: dict[str, int] = field(default_factory=dict)
+    tried: set[str] = field(default_factory=set)  # value keys seen in this search
+    weights: dict[str, float] = field(default_factory=dict)  # source -> weight at the last refit
+    models: dict[str, AdditiveModel] = field(default_factory=dict)
+    fitted_at: int = -1
+    points: tuple[TuningSpace, list[dict[str, Any]]] | None = None  # the space, enumerated
 
 
 class Tuner:
@@ -61,12 +71,13 @@ class Tuner:
     def __init__(
         self, seed: int = 0, explore_rate: float = EXPLORE_RATE, ucb: float = 0.3, recall_items: int = 12
     ):
-        self.rng = random.Random(seed)
+        self.rng = np.random.default_rng(seed)
         self.explore_rate = explore_rate
-        self.ucb = ucb
+        self.ucb = ucb  # kept for callers; Thompson sampling replaced the UCB bonus
         self.recall_items = recall_items
         self.searches: dict[str, _Search] = {}
         self.proposed: set[str] = set()
+        self._hashes: dict[tuple[str, str], str] = {}  # (base hash, point) -> candidate hash
         self.done: str | None = None  # why the last propose() returned nothing, when it did
 
     def _base(self, ctx: Context) -> tuple[Candidate, TuningSpace]:
@@ -78,30 +89,29 @@ class Tuner:
         return ctx.baseline.candidate, ctx.operator.space
 
     def _start(self, ctx: Context, space: TuningSpace) -> _Search:
-        s = self.searches[ctx.operator.name] = _Search()
+        s = self.searches[ctx.operator.name] = _Search(space)
+        if space.allows(ctx.baseline.candidate.params):  # the committed kernel is a verdict too
+            s.observed.append((dict(ctx.baseline.candidate.params), math.log(ctx.baseline.speedup or 1.0)))
+            s.tried.update(value_key(k, v) for k, v in ctx.baseline.candidate.params.items())
         best = ctx.incumbent.speedup or 1.0
         state = "no kernel yet" if not ctx.history else f"correct at {best:.2f}x of baseline"
-        recall = ctx.recall(state=state, budget=self.recall_items)
-        for name, value, weight in getattr(recall, "preferred_params", lambda: [])():
-            if name in space.axes and value in space.axes[name]:
-                s.prior[(name, value)] = s.prior.get((name, value), 0.0) + weight
-        for seed in getattr(recall, "seeds", lambda: [])():
-            point = {
-                **space.defaults,
-                **{k: v for k, v in seed.items() if k in space.axes and v in space.axes[k]},
-            }
-            if point != space.defaults and space.allows(point):
-                s.queue.append(point)
+        try:
+            recall = ctx.recall(state=state, budget=self.recall_items, points=True)
+        except TypeError:  # a recall without the points option (an older caller): no graph data
+            recall = ctx.recall(state=state, budget=self.recall_items)
+        for row in getattr(recall, "points", None) or []:
+            source, relation = str(row["source"]), str(row["relation"])
+            y = math.log(row["speedup"]) if row.get("correct") and row.get("speedup") else None
+            s.sources.setdefault(source, []).append((dict(row["params"]), y))
+            if relation == "operator/hardware":  # judged here before: those values count as tried
+                s.tried.update(value_key(k, v) for k, v in row["params"].items() if k in space.axes)
+            op_rel, _, hw_rel = relation.partition("/")
+            s.closeness[source] = OPERATOR_WEIGHT.get(op_rel, 0.25) * HARDWARE_WEIGHT.get(hw_rel, 0.25)
+        s.sources = {k: v for k, v in s.sources.items() if any(y is not None for _, y in v)}
+        s.arms["explore"] = [1.0, 1.0]
+        if s.sources:
+            s.arms["graph"] = [2.0, 1.0]  # trust the graph first; the verdicts decide how long
         return s
-
-    def _refresh_losing(self, ctx: Context, s: _Search) -> None:
-        """The values this hardware's lessons mark as losing, for this operator or its family."""
-        recall = ctx.recall(state="", budget=LESSON_ITEMS)
-        s.losing = {}
-        for lesson in getattr(recall, "lessons", []):
-            if lesson.kind == "param" and "param" in lesson.data and lesson.scope in HERE and lesson.losing():
-                key = _value_key(lesson.data["param"], lesson.data.get("value"))
-                s.losing.setdefault(key, lesson.text)
 
     def propose(self, ctx: Context, n: int) -> list[Candidate]:
         self.done = None
@@ -109,71 +119,81 @@ class Tuner:
         if not space.axes:  # nothing to tune: not a converged search, the loop reports "agent done"
             return []
         s = self.searches.get(ctx.operator.name) or self._start(ctx, space)
-        self._refresh_losing(ctx, s)
-        fresh, vetoed = self._ranked(ctx, s, base, space, n)
-        if not fresh:
-            self.done = self._why_converged(s, base, vetoed)
+        pool = [p for p in self._pool(s, space) if self._untried(ctx, base, p)]
+        if not pool:
+            self.done = "tried every point of the tuning space"
             return []
-        due = max(0, math.floor(self.explore_rate * (s.proposals + n)) - s.explored)
-        explore = self._explorations(ctx, s, base, space)[: min(due, n - 1)]  # never a whole batch
-        chosen = fresh[: n - len(explore)]
-        s.proposals += len(chosen) + len(explore)
-        s.explored += len(explore)
-        out = [self._candidate(base, p) for p in chosen]
-        out += [self._candidate(base, p, explore=self._losing_changes(s, base, p)) for p in explore]
-        self.proposed.update(c.hash for c in out)
+        self._refit(s)
+        out: list[Candidate] = []
+        for _ in range(min(n, len(pool))):
+            arm = self._arm(s)
+            i = self._pick(s, arm, pool)
+            point = pool.pop(i)
+            cand = self._candidate(base, point, arm)
+            s.arm_of[cand.hash] = arm
+            s.pulls[arm] = s.pulls.get(arm, 0) + 1
+            s.tried.update(value_key(k, v) for k, v in point.items())
+            self.proposed.add(cand.hash)
+            out.append(cand)
         return out
 
-    def _ranked(
-        self, ctx: Context, s: _Search, base: Candidate, space: TuningSpace, n: int
-    ) -> tuple[list[dict], list[dict]]:
-        """Untried points, best first: those the lessons do not mark as losing (up to `n`), and those
-        they do (all of them when no other is left: the count goes into `done`)."""
-        scored = sorted(
-            ((self._score(s, p), self.rng.random(), p) for p in self._pool(space)),
-            key=lambda t: (t[0], t[1]),
-            reverse=True,
-        )
-        fresh: list[dict] = []
-        vetoed: list[dict] = []
-        seen: set[str] = set()
-        for point in [*s.queue, *(p for _, _, p in scored)]:
-            key = json.dumps(point, sort_keys=True, default=str)
-            if key in seen or not self._untried(ctx, base, point):
-                continue
-            seen.add(key)
-            (vetoed if self._losing_changes(s, base, point) else fresh).append(point)
-            if len(fresh) >= n and len(vetoed) >= n:
-                break
-        return fresh, vetoed
+    def _arm(self, s: _Search) -> str:
+        """Thompson sampling between the arms, with the explore arm's floor share."""
+        total = sum(s.pulls.values())
+        if "graph" not in s.arms or s.pulls.get("explore", 0) < self.explore_rate * (total + 1) - 1:
+            return "explore"
+        if total == 0:  # the graph's best guess goes first: the verdicts decide how long it leads
+            return "graph"
+        draws = {arm: self.rng.beta(a, b) for arm, (a, b) in s.arms.items()}
+        return max(draws, key=lambda arm: draws[arm])
 
-    def _explorations(self, ctx: Context, s: _Search, base: Candidate, space: TuningSpace) -> list[dict]:
-        """Re-tests of a losing value: the base with exactly that one value changed (so a verdict is
-        about it alone), best scored first."""
-        points = []
-        for name, value in s.losing:
-            options = [v for v in space.axes.get(name, []) if _value_key(name, v) == (name, value)]
-            for v in options:
-                point = {**base.params, name: v}
-                if v != base.params.get(name) and space.allows(point) and self._untried(ctx, base, point):
-                    points.append(point)
-        return sorted(points, key=lambda p: self._score(s, p), reverse=True)
+    def _pick(self, s: _Search, arm: str, pool: list[dict[str, Any]]) -> int:
+        """Index of the pool point with the best Thompson draw under the arm's model; the explore arm
+        first restricts the pool to the points that try the most values not yet tried."""
+        model = s.models[arm]
+        candidates = list(range(len(pool)))
+        if arm == "explore":
+            fresh = [sum(value_key(k, v) not in s.tried for k, v in p.items()) for p in pool]
+            most = max(fresh)
+            if most > 0:
+                candidates = [i for i in candidates if fresh[i] == most]
+        x = model.design([pool[i] for i in candidates])
+        theta = model.mean + THOMPSON_SCALE * (model.sample(self.rng) - model.mean)
+        scores = x @ theta + 1e-9 * self.rng.random(len(candidates))
+        return candidates[int(np.argmax(scores))]
 
-    def _losing_changes(self, s: _Search, base: Candidate, point: dict) -> list[str]:
-        """The point's changes (against the base it would be derived from) that lessons mark as losing."""
-        return [
-            f"{k}={v}" for k, v in point.items() if base.params.get(k) != v and _value_key(k, v) in s.losing
-        ]
+    def _refit(self, s: _Search) -> None:
+        """Refit both models when a verdict arrived: own data alone, and own plus the weighted graph."""
+        if s.fitted_at == len(s.observed) and s.models:
+            return
+        s.fitted_at = len(s.observed)
+        own = _observations(s.observed, "self", 1.0)
+        prior = _declared_prior(s.space)
+        s.models["explore"] = AdditiveModel(s.space.axes, pairs=True, prior_mean=prior).fit(own)
+        if "graph" not in s.arms:
+            return
+        s.weights = self._source_weights(s)
+        data = list(own)
+        for source, rows in s.sources.items():
+            w = s.weights[source] * min(1.0, SOURCE_CAP / len(rows))
+            data += _observations(rows, source, w)
+        s.models["graph"] = AdditiveModel(s.space.axes, pairs=True, prior_mean=prior).fit(data)
 
-    def _why_converged(self, s: _Search, base: Candidate, vetoed: list[dict]) -> str:
-        if not vetoed:
-            return "tried every point of the tuning space"
-        values = sorted({c for p in vetoed for c in self._losing_changes(s, base, p)})
-        shown = ", ".join(values[:6]) + (", ..." if len(values) > 6 else "")
-        return (
-            f"converged: each of the {len(vetoed)} untried points changes a value that lessons on this "
-            f"hardware mark as slower or broken ({shown})"
-        )
+    def _source_weights(self, s: _Search) -> dict[str, float]:
+        """Closeness times agreement: how well each source's own model ranks this operator's verdicts
+        (Pearson r of predictions with observations, floored at 0), shrunk towards 1 while few are in."""
+        mine = [(p, y) for p, y in s.observed if y is not None]
+        weights = {}
+        for source, rows in s.sources.items():
+            r = None
+            if len(mine) >= 3:
+                model = AdditiveModel(s.space.axes).fit(_observations(rows, source, 1.0))
+                predicted, _ = model.predict([p for p, _ in mine])
+                r = agreement(predicted.tolist(), [y for _, y in mine])
+            m = len(mine) if r is not None else 0
+            trust = (PRIOR_COUNT + m * max(r or 0.0, 0.0)) / (PRIOR_COUNT + m)
+            weights[source] = s.closeness[source] * trust
+        return weights
 
     def observe(self, ctx: Context, results: list[Judged]) -> None:
         s = self.searches.get(ctx.operator.name)
@@ -183,59 +203,84 @@ class Tuner:
             point = dict(judged.candidate.params)
             if judged.outcome.correct and judged.speedup:
                 s.observed.append((point, math.log(judged.speedup)))
-            elif not judged.outcome.correct:
-                s.observed.append((point, FAILED))
+            elif not judged.outcome.correct and judged.outcome not in (Outcome.REJECTED, Outcome.SUSPECT):
+                s.observed.append((point, None))
+            arm = s.arm_of.pop(judged.candidate.hash, None)
+            if arm is not None:
+                won = judged.outcome == Outcome.BETTER
+                for a in s.arms.values():  # discount: recent verdicts count most
+                    a[0], a[1] = 1.0 + DISCOUNT * (a[0] - 1.0), 1.0 + DISCOUNT * (a[1] - 1.0)
+                s.arms[arm][0 if won else 1] += 1.0
 
     def usage(self) -> dict[str, Any]:
         searches = self.searches.values()
         return {
-            "proposals": sum(s.proposals for s in searches),
-            "explorations": sum(s.explored for s in searches),
+            "proposals": sum(sum(s.pulls.values()) for s in searches),
+            "explorations": sum(s.pulls.get("explore", 0) for s in searches),
+            "graph_led": sum(s.pulls.get("graph", 0) for s in searches),
             "observations": sum(len(s.observed) for s in searches),
-            "prior_values": sum(len(s.prior) for s in searches),
+            "graph_sources": sum(len(s.sources) for s in searches),
+            "untried": {name: self.untried(name) for name in self.searches if self.untried(name)},
         }
 
-    def _candidate(self, base: Candidate, point: dict, explore: list[str] | None = None) -> Candidate:
+    def untried(self, operator: str) -> list[str]:
+        """The values of the space this operator's search has not tried (the budget ran out first)."""
+        s = self.searches[operator]
+        return [
+            f"{n}={v}" for n, values in s.space.axes.items() for v in values if value_key(n, v) not in s.tried
+        ]
+
+    def source_weights(self, operator: str) -> dict[str, float]:
+        """Each graph source's weight at the last refit (closeness times measured agreement)."""
+        return dict(self.searches[operator].weights)
+
+    def _candidate(self, base: Candidate, point: dict[str, Any], arm: str = "") -> Candidate:
         changed = {k: v for k, v in point.items() if base.params.get(k) != v}
         idea = "tune " + ", ".join(f"{k}={v}" for k, v in changed.items()) if changed else "declared defaults"
-        if explore:
-            idea = f"explore ({', '.join(explore)} lost before): {idea}"
+        if arm == "explore" and self.searches and any(s.sources for s in self.searches.values()):
+            idea = f"explore: {idea}"
         return Candidate(base.source, base.filename, base.toolchain, dict(point), idea, self.name, base.hash)
 
-    def _untried(self, ctx: Context, base: Candidate, point: dict) -> bool:
-        cand = self._candidate(base, point)
-        return cand.hash not in self.proposed and cand.hash != base.hash and not ctx.seen(cand.hash)
+    def _untried(self, ctx: Context, base: Candidate, point: dict[str, Any]) -> bool:
+        try:
+            key = repr(sorted(point.items()))
+        except TypeError:
+            key = json.dumps(point, sort_keys=True, default=str)
+        h = self._hashes.get((base.hash, key))
+        if h is None:  # the idea is not part of the hash
+            h = self._hashes[(base.hash, key)] = self._candidate(base, point).hash
+        return h not in self.proposed and h != base.hash and not ctx.seen(h)
 
-    def _pool(self, space: TuningSpace) -> list[dict]:
+    def _pool(self, s: _Search, space: TuningSpace) -> list[dict[str, Any]]:
         if space.size() <= POOL:
-            return list(space.points())
+            if s.points is None or s.points[0] is not space:  # enumerated once per search and space
+                s.points = (space, list(space.points()))
+            return list(s.points[1])
         names = list(space.axes)
-        pool = []
+        pool: list[dict[str, Any]] = []
+        seen: set[str] = set()
         for _ in range(POOL * 3):
-            point = {n: self.rng.choice(space.axes[n]) for n in names}
-            if space.allows(point):
+            point = {n: space.axes[n][int(self.rng.integers(len(space.axes[n])))] for n in names}
+            key = json.dumps(point, sort_keys=True, default=str)
+            if key not in seen and space.allows(point):
+                seen.add(key)
                 pool.append(point)
             if len(pool) >= POOL:
                 break
         return pool
 
-    def _effects(self, s: _Search) -> tuple[dict[tuple[str, Any], float], dict[tuple[str, Any], int]]:
-        total: dict[tuple[str, Any], float] = defaultdict(float)
-        count: dict[tuple[str, Any], int] = defaultdict(int)
-        mean = sum(y for _, y in s.observed) / len(s.observed) if s.observed else 0.0
-        for point, y in s.observed:
-            for key in point.items():
-                total[key] += y - mean
-                count[key] += 1
-        effects = {k: (total[k] + s.prior.get(k, 0.0)) / (count[k] + 1) for k in set(total) | set(s.prior)}
-        return effects, count
 
-    def _score(self, s: _Search, point: dict) -> float:
-        key = (len(s.observed), len(s.prior))
-        if s.cache_key != key:
-            s.cache, s.cache_key = self._effects(s), key
-        effects, count = s.cache
-        n = len(s.observed) + 1
-        value = sum(effects.get(kv, 0.0) for kv in point.items())
-        bonus = sum(math.sqrt(math.log(n + 1) / (count.get(kv, 0) + 1)) for kv in point.items())
-        return value + self.ucb * bonus / max(1, len(point))
+def _declared_prior(space: TuningSpace) -> dict[str, float]:
+    """A small prior gain for each declared alternative to an axis's default: a space keeps its
+    defaults plain and declares the values its author expects may help (before any verdict, a
+    non-default value is a better bet than the default)."""
+    return {value_key(n, v): DECLARED_GAIN for n, values in space.axes.items() for v in values[1:]}
+
+
+def _observations(
+    rows: list[tuple[dict[str, Any], float | None]], source: str, weight: float
+) -> list[Observation]:
+    """Correct points as they are; broken ones FAILED_DROP below the worst correct one of the source."""
+    ys = [y for _, y in rows if y is not None]
+    floor = (min(ys) if ys else 0.0) - FAILED_DROP
+    return [Observation(p, floor if y is None else y, source, weight) for p, y in rows]

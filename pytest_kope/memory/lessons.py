@@ -3,7 +3,15 @@
 - A tuner child (same source as its parent, other parameter values) teaches one lesson per changed
   value: ``BLOCK=16: 1.42x on softmax (rowwise, AMD EPYC 7B13 avx2)``, or ``VEC=16 broke correctness
   on transpose (layout, ...)``.
-- A child with new source (the LLM's, a replayed one) teaches its idea with the measured effect.
+- A child with new source (the LLM's, a replayed one) teaches its idea with the measured effect, and
+  one lesson per technique tag (tags.py: read from the lines it added and its idea), keyed by tag,
+  family and hardware, with the idea texts kept as evidence; a technique that broke correctness or the
+  build is a lesson too, with the reason.
+
+A parameter lesson's effect is not the effect of the jump that happened to contain its value: after
+each distillation, an additive model of log speedup (effects.py) is refitted over every correct
+attempt of the family on this hardware (one intercept per operator), and each value's lesson carries
+that fitted effect, its standard error and how many attempts had the value (`data["estimate"]`).
 
 A lesson is identified by its key and scope (kind, key, operator, toolchain, hardware): seeing the same
 key again updates that lesson rather than adding a row. Its ``value`` is the Beta(1, 1) posterior mean
@@ -21,13 +29,16 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..judge.outcome import Outcome
+from .effects import AdditiveModel, Observation, value_key
 from .rows import CORRECT, expand_attempt, new_id, now, writing
+from .tags import technique_tags
 
 if TYPE_CHECKING:
     from .graph import Graph
 
 NOISE = 1.05  # a ratio within 5% of 1 is neither a gain nor a loss (compute-bound noise here)
 IDEA_KEY_CHARS = 200
+IDEAS_KEPT = 5  # idea texts a technique lesson keeps as evidence
 FAILING = {
     Outcome.INCORRECT.value: "broke correctness",
     Outcome.COMPILE_FAILED.value: "failed to compile",
@@ -68,7 +79,13 @@ def param_key(name: str, value: Any) -> str:
     return f"{name}={value}"
 
 
-def evidence(attempt: dict[str, Any], parent: dict[str, Any] | None, failure: str = "") -> list[Evidence]:
+def evidence(
+    attempt: dict[str, Any],
+    parent: dict[str, Any] | None,
+    failure: str = "",
+    parent_source: str = "",
+    source: str = "",
+) -> list[Evidence]:
     """What one attempt teaches against its parent (or the baseline when it names none)."""
     outcome = attempt["outcome"]
     if attempt.get("agent") == "baseline" or outcome in IGNORED:
@@ -87,8 +104,10 @@ def evidence(attempt: dict[str, Any], parent: dict[str, Any] | None, failure: st
             for k in changed
         ]
     if attempt.get("idea"):
-        return [
-            Evidence("idea", idea_key(attempt["idea"]), {"idea": attempt["idea"]}, outcome, effect, failure)
+        idea = attempt["idea"]
+        tags = technique_tags(idea, parent_source, source)
+        return [Evidence("idea", idea_key(idea), {"idea": idea}, outcome, effect, failure)] + [
+            Evidence("technique", tag, {"tag": tag, "idea": idea}, outcome, effect, failure) for tag in tags
         ]
     return []
 
@@ -109,13 +128,86 @@ def distill(graph: Graph, task_id: int, run_id: str) -> list[int]:
             attempt = expand_attempt(row)
             parent = _parent(graph, task_id, attempt, baseline)
             failure = _first_failure(graph, attempt["id"])
-            for ev in evidence(attempt, parent, failure):
+            texts = _sources(graph, attempt, parent)
+            for ev in evidence(attempt, parent, failure, *texts):
                 lesson_id = learn(graph, task, ev)
                 graph.edge("lesson", lesson_id, "learned_from", "attempt", attempt["id"])
                 graph.edge("lesson", lesson_id, "about", "task", task_id)
                 ids.append(lesson_id)
             graph.db.execute("UPDATE attempts SET distilled = 1 WHERE id = ?", (attempt["id"],))
+        if fresh:
+            refit_estimates(graph, task)
     return list(dict.fromkeys(ids))
+
+
+def _sources(graph: Graph, attempt: dict[str, Any], parent: dict[str, Any] | None) -> tuple[str, str]:
+    """The parent's and the attempt's source texts, when the attempt brought new source (else empty)."""
+    if parent is not None and attempt["source_hash"] == parent["source_hash"]:
+        return "", ""
+    hashes = [parent["source_hash"] if parent else "", attempt["source_hash"]]
+    texts = []
+    for h in hashes:
+        row = graph.db.execute("SELECT text FROM sources WHERE hash = ?", (h,)).fetchone() if h else None
+        texts.append(str(row[0]) if row else "")
+    return texts[0], texts[1]
+
+
+ESTIMATE_ATTEMPTS = 5000  # newest correct attempts of a family on a hardware the model is fitted on
+
+
+def refit_estimates(graph: Graph, task: dict[str, Any]) -> None:
+    """Refit the family's additive model on this hardware and write each value's estimate into the
+    parameter lessons of the family's operators here (effect, standard error, count)."""
+    rows = graph.rows(
+        "SELECT a.params, a.speedup, t.operator FROM attempts a JOIN tasks t ON t.id = a.task_id"
+        " WHERE t.family = ? AND t.hardware_id = ? AND t.toolchain = ? AND a.speedup > 0"
+        f" AND a.outcome IN ('{CORRECT[0]}', '{CORRECT[1]}') ORDER BY a.id DESC LIMIT {ESTIMATE_ATTEMPTS}",
+        (task["family"] or "", task["hardware_id"], task["toolchain"]),
+    )
+    if not task["family"]:
+        rows = [r for r in rows if r["operator"] == task["operator"]]
+    observations = []
+    axes: dict[str, list[Any]] = {}
+    for r in rows:
+        point = json.loads(r["params"]) if r["params"] else {}
+        for k, v in point.items():
+            if v not in axes.setdefault(k, []):
+                axes[k].append(v)
+        observations.append(Observation(point, math.log(r["speedup"]), r["operator"]))
+    if len(observations) < 2:
+        return
+    model = AdditiveModel(axes).fit(observations)
+    base = graph.one(
+        "SELECT params FROM attempts WHERE task_id = ? AND agent = 'baseline' ORDER BY id LIMIT 1",
+        (task["id"],),
+    )
+    defaults = json.loads(base["params"]) if base and base["params"] else {}
+    lessons = graph.rows(
+        "SELECT * FROM lessons WHERE kind = 'param' AND hardware_id = ? AND toolchain = ?"
+        " AND (family = ? OR operator = ?)",
+        (task["hardware_id"], task["toolchain"], task["family"] or "", task["operator"]),
+    )
+    for lesson in lessons:
+        data = json.loads(lesson["data"]) if lesson["data"] else {}
+        if "param" not in data:
+            continue
+        name, value = data["param"], data.get("value")
+        if name not in defaults or defaults[name] == value:
+            continue
+        est = model.contrast(value_key(name, value), value_key(name, defaults[name]))
+        if est is None or est.count == 0:
+            continue
+        data["estimate"] = {
+            "effect": round(est.ratio, 4),
+            "se": round(est.se, 4),
+            "count": est.count,
+            "against": f"{name}={defaults[name]}",
+            "family": task["family"] or "",
+            "attempts": len(observations),
+        }
+        row = {**lesson, "effect": est.ratio, "data": json.dumps(data, sort_keys=True, default=str)}
+        row["text"] = describe(row, data, task.get("hardware") or "")
+        graph.db.table("lessons").update(lesson["id"], {k: row[k] for k in ("effect", "data", "text")})
 
 
 def _parent(
@@ -158,6 +250,9 @@ def learn(graph: Graph, task: dict[str, Any], ev: Evidence) -> int:
         logs = math.log(effect) * correct_before if effect else 0.0
         effect = math.exp((logs + math.log(ev.effect)) / (correct_before + 1))
     data = {**(json.loads(old["data"]) if old and old["data"] else {}), **ev.data}
+    if ev.kind == "technique":  # the idea texts are the evidence: the most recent few, distinct
+        ideas = [i for i in data.get("ideas", []) if i != ev.data.get("idea")]
+        data["ideas"] = [*ideas, ev.data.get("idea", "")][-IDEAS_KEPT:]
     if ev.failed:
         data["last_failure"] = {"outcome": ev.outcome, "message": ev.failure[:300]}
     row = {
@@ -204,20 +299,35 @@ def describe(row: dict[str, Any], data: dict[str, Any], hardware: str) -> str:
     family = f"{row['family']}, " if row["family"] else ""
     where = f"on {row['operator']} ({family}{hardware or row['hardware_id']})"
     subject = data.get("idea", row["key"]) if row["kind"] == "idea" else row["key"]
+    if row["kind"] == "technique":
+        subject = f"technique {row['key']}"
+        ideas = [i for i in data.get("ideas", []) if i]
+        evidence_text = f' (e.g. "{ideas[-1][:100]}")' if ideas else ""
+    else:
+        evidence_text = ""
+    estimate = data.get("estimate") if row["kind"] == "param" else None
     uses, wins, fails, effect = row["uses"], row["wins"], row["fails"], row["effect"]
     tally = f" ({wins} of {uses} tries helped)" if uses > 1 else ""
     if fails * 2 > uses:
         last = data.get("last_failure", {})
         verb = FAILING.get(last.get("outcome", ""), "failed")
-        message = f": {last['message'][:120]}" if row["kind"] == "idea" and last.get("message") else ""
+        reason = row["kind"] in ("idea", "technique") and last.get("message")
+        message = f": {last['message'][:120]}" if reason else ""
         tally = f" ({fails} of {uses} tries)" if uses > 1 else ""
-        return f"{subject} {verb} {where}{tally}{message}"
+        return f"{subject} {verb} {where}{tally}{message}{evidence_text}"
+    if estimate:
+        spread = math.exp(estimate["se"]) - 1
+        fit = (
+            f" (against {estimate['against']}, fitted over {estimate['attempts']} attempts of the family"
+            f" here, {estimate['count']} with it)"
+        )
+        return f"{subject}: {estimate['effect']:.2f}x +-{100 * spread:.0f}% {where}{fit}"
     if effect is None:
-        return f"{subject}: not measured {where}{tally}"
+        return f"{subject}: not measured {where}{tally}{evidence_text}"
     if wins and effect >= 1.0:
-        return f"{subject}: {effect:.2f}x {where}{tally}"
+        return f"{subject}: {effect:.2f}x {where}{tally}{evidence_text}"
     verdict = "slower" if effect < 1 / NOISE else "no gain"
-    return f"{subject}: {verdict} ({effect:.2f}x) {where}{tally}"
+    return f"{subject}: {verdict} ({effect:.2f}x) {where}{tally}{evidence_text}"
 
 
 def learned_in_run(graph: Graph, run_id: str, operator: str, limit: int = 5) -> list[dict[str, Any]]:
@@ -234,7 +344,7 @@ def learned_in_run(graph: Graph, run_id: str, operator: str, limit: int = 5) -> 
     def weight(r: dict[str, Any]) -> float:
         size = abs(math.log(r["effect"])) if r["effect"] else 0.0
         broken = 1.0 if r["fails"] * 2 > r["uses"] else 0.0
-        return (size + broken) * min(r["uses"], 4)
+        return float((size + broken) * min(r["uses"], 4))
 
     rows.sort(key=lambda r: (-weight(r), r["id"]))
     return [

@@ -33,6 +33,7 @@ from .scope import (
 if TYPE_CHECKING:
     from .graph import Graph
 
+POINTS = 5000  # past attempts handed to the tuner's model at most (newest first)
 POOL = 200  # lessons ranked in Python at most, from SQL's structure x value order and from FTS
 RELEVANCE_BONUS = 0.5
 LESSON_SHARE = 0.6  # of a token budget, what lessons may take; exemplars get the rest
@@ -58,6 +59,7 @@ class RecallQuery:
     state: str = ""  # "no kernel yet" / "failing with X" / "correct at 2.1x"
     max_items: int = 12  # count budget (tuner)
     max_tokens: int | None = None  # token budget (LLM)
+    points: bool = False  # also return past attempts' params and speedups (the tuner's model data)
 
 
 @dataclass
@@ -94,6 +96,7 @@ class Recall:
     lessons: list[RecalledLesson] = field(default_factory=list)
     exemplars: list[dict[str, Any]] = field(default_factory=list)
     seed_points: list[dict[str, Any]] = field(default_factory=list)
+    points: list[dict[str, Any]] = field(default_factory=list)  # past attempts, for the tuner's model
 
     def preferred_params(self) -> list[tuple[str, object, float]]:
         """(param, value, weight) from parameter lessons, best first: weight in [-1, 1] is the lesson's
@@ -177,7 +180,46 @@ def recall(graph: Graph, query: RecallQuery) -> Recall:
         lessons = _fit(lessons, lambda lesson: tokens(lesson.line()) + 1, int(budget * LESSON_SHARE))
         spent = sum(tokens(lesson.line()) + 1 for lesson in lessons)
         exemplars = _with_sources(graph, exemplars, budget - spent)
-    return Recall(lessons=lessons, exemplars=exemplars, seed_points=seeds[: max(query.max_items, 1)])
+    return Recall(
+        lessons=lessons,
+        exemplars=exemplars,
+        seed_points=seeds[: max(query.max_items, 1)],
+        points=_points(graph, query, params) if query.points else [],
+    )
+
+
+def _points(graph: Graph, query: RecallQuery, params: dict[str, Any]) -> list[dict[str, Any]]:
+    """Past attempts of this toolchain with their params and outcome, each tagged with its source
+    (task) and how it relates to the query ("<operator|family|other>/<hardware|arch|other>"): the data
+    the tuner's effect model learns from, weighing each source by how well it predicts this operator."""
+    rows = graph.rows(
+        "SELECT a.params, a.speedup, a.outcome, a.agent, t.id AS task, t.operator, t.family,"
+        " t.hardware_id, h.arch FROM attempts a JOIN tasks t ON t.id = a.task_id"
+        " LEFT JOIN hardware h ON h.id = t.hardware_id WHERE t.toolchain = :toolchain"
+        f" AND a.outcome NOT IN ('rejected', 'suspect') ORDER BY a.id DESC LIMIT {POINTS}",
+        params,
+    )
+    out = []
+    for r in rows:
+        point = json.loads(r["params"]) if r["params"] else {}
+        if not point:
+            continue
+        relation = (
+            operator_relation(query.operator, query.family, r["operator"], r["family"] or "")
+            + "/"
+            + hardware_relation(params["hardware_id"], params["arch"], r["hardware_id"], r["arch"] or "")
+        )
+        out.append(
+            {
+                "source": f"{r['operator']}#{r['task']}",
+                "relation": relation,
+                "params": point,
+                "speedup": r["speedup"],
+                "correct": r["outcome"] in CORRECT,
+                "outcome": r["outcome"],
+            }
+        )
+    return out
 
 
 def _fit(items: list[Any], cost: Any, budget: int) -> list[Any]:

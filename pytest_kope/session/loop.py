@@ -322,7 +322,7 @@ class OperatorLoop:
 
         op, graph, run_id, hw = self.op, self.s.graph, self.s.run_id, self.hw
 
-        def recall(state: str = "", budget: int = 12) -> Recall:
+        def recall(state: str = "", budget: int = 12, points: bool = False) -> Recall:
             query = RecallQuery(
                 operator=op.name,
                 family=op.family,
@@ -331,6 +331,7 @@ class OperatorLoop:
                 state=state,
                 max_items=budget if budget <= 100 else 12,
                 max_tokens=budget if budget > 100 else None,
+                points=points,  # past attempts' params and speedups, for the tuner's effect model
             )
             result = graph.recall(query)
             graph.mark_used(run_id, op.name, result)
