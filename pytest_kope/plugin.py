@@ -154,6 +154,27 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     _option(
         g,
         parser,
+        "kope-executor",
+        "where judging children run: local (this machine, default) or ray (a Ray cluster: the one at "
+        "$RAY_ADDRESS, else a local one; needs pip install 'pytest-kope[ray]')",
+    )
+    _option(
+        g,
+        parser,
+        "kope-concurrency",
+        "operators optimized at once, each with its own budget (default 1)",
+        type=int,
+    )
+    _option(
+        g,
+        parser,
+        "kope-ray-repo",
+        "how Ray workers get the operator repo: ship (as the tasks' working dir, default) or shared "
+        "(the same path on every node)",
+    )
+    _option(
+        g,
+        parser,
         "kope-push",
         "push each new winner's branch to this git remote, with a lease on the tip it read, after "
         "fetching the remote's kope/* branches (default: no push)",

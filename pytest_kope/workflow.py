@@ -5,8 +5,11 @@ Registered as the `KopeSession` plugin only under `--kope-optimize`; it replaces
 
 from __future__ import annotations
 
+import copy
 import datetime
 import os
+import queue
+import threading
 import time
 import uuid
 from collections import OrderedDict
@@ -22,16 +25,19 @@ from .agents import explore_rate
 from .agents.base import Context, OperatorInfo
 from .agents.tuner import Tuner
 from .candidate import Candidate
-from .errors import BaselineBroken, ConfigError, KopeError, SpecError
+from .errors import BaselineBroken, ConfigError, InfrastructureFault, KopeError, SpecError
 from .hardware import label
 from .judge import sandbox
 from .judge.building import toolchain_of
+from .judge.executors import EXECUTORS, Executor, NodeReservation
 from .judge.outcome import Judged, Outcome
+from .judge.ray_executor import make_executor
 from .judge.runner import Judge, Plan
 from .judge.stats import PairedRatio
 from .operator import Operator, is_performance_test, operator_of
 from .paths import ensure_kope_dir, kope_home
 from .report_md import markdown
+from .scheduler import OneAtATime, each
 from .settings import SEED
 from .spec import parse_spec
 from .stopping import RunClock, Slot, Stop, StopRule, stopped
@@ -128,6 +134,21 @@ class KopeSession:
         self.operators: OrderedDict[str, OperatorRun] = OrderedDict()
         self.broken: list[str] = []
         self.tw = None
+        # -- where children run, and how many operators at once (judge/executors.py, scheduler.py)
+        self.executor_name = str(_setting(config, "kope_executor", "local"))
+        self.concurrency = int(_setting(config, "kope_concurrency", 1))
+        if self.executor_name not in EXECUTORS:
+            raise pytest.UsageError(
+                f"--kope-executor {self.executor_name}: no such executor; choose one of {', '.join(EXECUTORS)}"
+            )
+        if self.concurrency < 1:
+            raise pytest.UsageError(f"--kope-concurrency must be at least 1, got {self.concurrency}")
+        self.executor: Executor | None = None
+        self.node = NodeReservation() if self.concurrency > 1 else None
+        self.timing_slots: dict[tuple[int, ...], queue.Queue[int | None]] = {}
+        self.faults: dict[str, list[str]] = {}  # operator -> judgements lost to the machinery
+        self.agents: list[Any] = []  # each operator's own agent under --kope-concurrency
+        self._output = threading.Lock()
 
     # -- pytest hooks --------------------------------------------------------------------------
     def pytest_configure(self, config: pytest.Config) -> None:
@@ -198,37 +219,63 @@ class KopeSession:
             session.testsfailed = check(self)
             self.graph.close()
             return True
-        failed = 0
         runs = list(self.operators.values())
-        for i, run in enumerate(runs):
-            # an operator's minimum: one round that keeps each correctness worker busy once
-            slot = self.clock.slot(len(runs) - i, self.jobs) if self.clock.limited else None
-            if self.clock.limited and slot is None:
-                why = f"the time budget ({self.clock.minutes:g} min) ran out before it began"
-                self.say(f"kope {run.op.name}: not started: {why}")
-                run.summary = {
-                    "name": run.op.name,
-                    "verified": False,
-                    "stopped": stopped(Stop.NOT_REACHED, why),
-                }
-            else:
-                try:
-                    run.summary = self._optimize(run, slot)
-                except KopeError as e:  # BaselineBroken, an unavailable toolchain, no correctness tests
-                    self.say(f"kope {run.op.name}: STOPPED: {e}", red=True)
-                    run.summary = {
-                        "name": run.op.name,
-                        "error": str(e),
-                        "verified": False,
-                        "stopped": stopped(Stop.ERROR, str(e)),
-                    }
-                    failed += 1
-            self.config.hook.pytest_kope_operator_done(
-                operator=run.op.name, summary=run.summary, config=self.config
-            )
-        session.testsfailed = failed
+        if self.concurrency > 1:
+            self._measure_ceilings_once(runs)
+        each(runs, self._operator, self.concurrency)
+        session.testsfailed = sum("error" in run.summary for run in runs)
         self._finish()
         return True
+
+    def _operator(self, run: OperatorRun, left: int) -> None:
+        """One operator from baseline to commit; `left`: operators not started yet, this one included.
+        Under --kope-concurrency each runs in a thread of its own, with its own agent (`_view`)."""
+        # an operator's minimum: one round that keeps each correctness worker busy once
+        slot = self.clock.slot(left, self.jobs) if self.clock.limited else None
+        if self.clock.limited and slot is None:
+            why = f"the time budget ({self.clock.minutes:g} min) ran out before it began"
+            self.say(f"kope {run.op.name}: not started: {why}")
+            run.summary = {
+                "name": run.op.name,
+                "verified": False,
+                "stopped": stopped(Stop.NOT_REACHED, why),
+            }
+        else:
+            try:
+                run.summary = self._view()._optimize(run, slot)
+            except KopeError as e:  # BaselineBroken, an unavailable toolchain, no correctness tests
+                self.say(f"kope {run.op.name}: STOPPED: {e}", red=True)
+                run.summary = {
+                    "name": run.op.name,
+                    "error": str(e),
+                    "verified": False,
+                    "stopped": stopped(Stop.ERROR, str(e)),
+                }
+        if self.faults.get(run.op.name):
+            run.summary["infrastructure_faults"] = self.faults[run.op.name]
+        self.config.hook.pytest_kope_operator_done(
+            operator=run.op.name, summary=run.summary, config=self.config
+        )
+
+    def _view(self) -> KopeSession:
+        """The session as one operator sees it. Under --kope-concurrency: its own agent (an agent's
+        search state is per operator), and the same graph, publisher, clock, terminal and executor."""
+        if self.concurrency <= 1:
+            return self
+        view = copy.copy(self)
+        view.agent = self.config.hook.pytest_kope_make_agent(name=self.agent_name, config=self.config)
+        if hasattr(view.agent, "graph_sink"):
+            view.agent.graph_sink = self.agent.graph_sink
+        self.agents.append(view.agent)
+        return view
+
+    def _measure_ceilings_once(self, runs: list[OperatorRun]) -> None:
+        """The machine's ceilings, measured before the operators start at once (never twice at a time)."""
+        for name in sorted({run.op.toolchain for run in runs}):
+            try:
+                self._ceilings(toolchain_of(self.config, name))
+            except Exception:  # noqa: BLE001 - the operator that needs it meets the same error and says it
+                pass
 
     def _batch(self) -> int:
         """Candidates per round: enough to keep every correctness worker busy twice."""
@@ -261,6 +308,7 @@ class KopeSession:
 
         self.publisher = Publisher(self.config, self.vcs, self.run_id, self.prefix, self.run_dir, self.graph)
         self.publisher.say = self.say
+        self._start_executor()
         if self.since_line:
             self.say(self.since_line)
         self.say(
@@ -298,9 +346,39 @@ class KopeSession:
                 self.run_id, op, model, used
             )
 
+    def _start_executor(self) -> None:
+        """Connect to Ray for `--kope-executor ray`; with operators at once, the graph and the
+        publisher take calls one at a time (the controller stays their only writer)."""
+        if self.concurrency > 1:
+            self.graph = OneAtATime(self.graph)  # type: ignore[assignment]
+            self.publisher = OneAtATime(self.publisher)  # type: ignore[assignment]
+        try:
+            self.executor = make_executor(self.executor_name, self.home, ship=self._ray_repo() == "ship")
+        except ConfigError as e:
+            raise pytest.UsageError(str(e)) from None
+        if self.executor is not None:
+            self.node = None  # the executor reserves nodes and devices (Ray resources)
+            if _setting(self.config, "kope_jobs", None) is None:
+                self.jobs = self.executor.cpus()  # correctness workers: the cluster's cores
+            self.say(f"kope: executor {self.executor.describe()}")
+        if self.concurrency > 1:
+            self.say(f"kope: {self.concurrency} operators at once, each with its own budget")
+
+    def _ray_repo(self) -> str:
+        how = str(_setting(self.config, "kope_ray_repo", "ship"))
+        if how not in ("ship", "shared"):
+            raise pytest.UsageError(f"--kope-ray-repo takes ship or shared, got {how!r}")
+        return how
+
+    def _fault(self, op: Operator, j: Judged) -> None:
+        """A judgement lost to the machinery: reported, never recorded as the candidate's verdict."""
+        self.faults.setdefault(op.name, []).append(f"{j.candidate.short}: {j.fault}")
+        self.say(f"kope {op.name}: infrastructure fault, {j.candidate.short} not judged: {j.fault}", red=True)
+
     def say(self, line: str, red: bool = False) -> None:
         if self.tw is not None:
-            self.tw.write_line(line, red=red)
+            with self._output:
+                self.tw.write_line(line, red=red)
 
     # -- one operator ----------------------------------------------------------------------------
     def _plan(self, run: OperatorRun) -> tuple[Plan, Any]:
@@ -333,7 +411,22 @@ class KopeSession:
             self._ceilings(tc),
             fork_server=self.fork_server,
             min_gain=self.min_gain,
+            executor=self.executor,
+            node=self.node,
         )
+        if self.executor is not None:
+            try:
+                self.executor.require(plan)
+            except ConfigError as e:
+                raise KopeError(str(e)) from None
+        elif self.concurrency > 1:  # one device (or the CPU) times one operator's candidate at a time
+            with self._output:
+                if plan.devices not in self.timing_slots:
+                    slots: queue.Queue[int | None] = queue.Queue()
+                    for device in plan.devices or (None,):
+                        slots.put(device)
+                    self.timing_slots[plan.devices] = slots
+            plan.timing_slots = self.timing_slots[plan.devices]
         return plan, tc
 
     def _ceilings(self, tc: Any) -> dict[str, Any] | None:
@@ -398,6 +491,8 @@ class KopeSession:
             )
         if can_time:
             judge.performance(baseline, baseline.candidate)
+            if baseline.fault:
+                raise InfrastructureFault(f"timing the committed kernel: {baseline.fault}")
         else:
             why = timer.why_not or "no performance test selected"
             self.say(f"kope {op.name}: not timing: {why}; nothing will be committed")
@@ -525,6 +620,9 @@ class KopeSession:
                 continue
             t0 = time.monotonic()
             judged = self._judge_batch(p.judge, batch, p.incumbent, True, p.remember)
+            if not judged:  # the whole batch was lost to the machinery: the cluster is gone
+                p.rule.stop(Stop.ERROR, f"infrastructure: {len(batch)} judgement(s) lost in a row")
+                continue
             p.judged(judged, time.monotonic() - t0)
             self.graph.distill(p.task, self.run_id)
             for agent in agents:
@@ -555,13 +653,16 @@ class KopeSession:
     def _judge_batch(
         self, judge: Judge, batch: list[Candidate], incumbent: Judged, can_time: bool, remember
     ) -> list[Judged]:
-        """Correctness for the batch in parallel, then each survivor timed against the then incumbent."""
-        verdicts = judge.correctness(batch)
+        """Correctness for the batch in parallel, then each survivor timed against the then incumbent.
+        A judgement lost to the machinery (`j.fault`) is left out: no verdict, no evaluation spent."""
+        verdicts = self._judged_only(judge, judge.correctness(batch))
         if (
             len(judge.plan.devices) > 1 and can_time
         ):  # one timing worker per device, all against one incumbent
             survivors = [j for j in verdicts if j.outcome.correct]
             judge.performance_many(survivors, incumbent.candidate)
+            survivors = self._judged_only(judge, survivors)
+            verdicts = [j for j in verdicts if not j.fault]
             for j in survivors:
                 self._decide(j, incumbent)
             winners = [j for j in survivors if j.outcome == Outcome.BETTER]
@@ -575,10 +676,19 @@ class KopeSession:
         for j in verdicts:
             if j.outcome.correct and can_time:
                 judge.performance(j, incumbent.candidate)
+                if j.fault:
+                    self._fault(judge.plan.operator, j)
+                    continue
                 if self._decide(j, incumbent):
                     incumbent = j
             remember(j)
-        return verdicts
+        return [j for j in verdicts if not j.fault]
+
+    def _judged_only(self, judge: Judge, verdicts: list[Judged]) -> list[Judged]:
+        for j in verdicts:
+            if j.fault:
+                self._fault(judge.plan.operator, j)
+        return [j for j in verdicts if not j.fault]
 
     def _decide(self, j: Judged, incumbent: Judged) -> bool:
         """Set a timed candidate's speedup, and crown it BETTER when it beats the incumbent beyond noise."""
@@ -649,6 +759,9 @@ class KopeSession:
                     if verified
                     else f"gain did not hold on re-run ({fresh.ratio:.2f}x, low {fresh.ratio_low:.2f})"
                 )
+            elif fresh.fault:  # lost to the machinery: not the candidate's failure
+                self._fault(op, fresh)
+                note = f"not verified: infrastructure fault: {fresh.fault[:300]}"
             else:
                 note = f"failed verification: {fresh.outcome.value}: {(fresh.failures or fresh.notes or [''])[0][:300]}"
             self.clock.verifies.append(time.monotonic() - verify_started)
@@ -686,9 +799,12 @@ class KopeSession:
 
     # -- the end ---------------------------------------------------------------------------------
     def _finish(self) -> None:
-        usage = self.agent.usage() if hasattr(self.agent, "usage") else {}
-        if hasattr(self.agent, "close"):
-            self.agent.close()
+        usage = _total_usage([self.agent, *self.agents])
+        for agent in [self.agent, *self.agents]:
+            if hasattr(agent, "close"):
+                agent.close()
+        if self.executor is not None:
+            self.executor.close()
         self.graph.finish_run(self.run_id, usage)
         ceilings = self.graph.ceilings(self.hardware) if self.hardware else None
         data = {
@@ -704,6 +820,8 @@ class KopeSession:
             "availability": self.availability,
             "isolation": sandbox.isolation_summary(),
             "usage": usage,
+            "executor": self.executor_name,
+            "concurrency": self.concurrency,
             "operators": [r.summary for r in self.operators.values()],
             "lessons": self._lessons_that_mattered(),
         }
@@ -721,3 +839,16 @@ class KopeSession:
         from .memory.lessons import learned_in_run
 
         return {name: learned_in_run(self.graph, self.run_id, name) for name in self.operators}
+
+
+def _total_usage(agents: list[Any]) -> dict[str, Any]:
+    """The agents' usage summed (one agent per operator under --kope-concurrency): numbers add up,
+    anything else is the first agent's."""
+    total: dict[str, Any] = {}
+    for agent in agents:
+        for key, value in (agent.usage() if hasattr(agent, "usage") else {}).items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and key in total:
+                total[key] += value
+            else:
+                total.setdefault(key, value)
+    return total
