@@ -179,7 +179,7 @@ class Launcher:
             ran.unpack(work)
             judged = self._read(candidate, tests, reference, ran.finished, work, key, ran.clock, compare)
             judged.phases["executor"] = max(0.0, took - ran.finished.wall_s)  # what the executor added
-            judged.notes += ran.notes
+            self.notes += [f"{note} ({candidate.short})" for note in ran.notes]  # not the candidate's
             if record is not None:
                 _take(work / "recorded", record)
             self._keep(candidate, work, "perf.log" if reference else "correctness.log")
