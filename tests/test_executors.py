@@ -1,0 +1,140 @@
+"""The executor seam's pieces that need no cluster: paths moved to a worker, what a worker may send
+back, the node reservation, and the scheduler of concurrent operators."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from pytest_kope.judge.executors import NodeReservation, Ran, collect, moved, shipped_env
+from pytest_kope.judge.sandbox import Finished
+from pytest_kope.scheduler import OneAtATime, each
+
+
+def test_paths_move_only_under_their_prefix() -> None:
+    moves = {"/tmp/kope-a": "/w/work", "/repo": "/node/repo"}
+    spec = {
+        "results": "/tmp/kope-a/results.jsonl",
+        "other": "/tmp/kope-ab/x",  # a sibling with a longer name stays
+        "files": ["/repo/t.py", "/repository/t.py"],
+        "n": 3,
+        "root": Path("/repo"),
+    }
+    assert moved(spec, moves) == {
+        "results": "/w/work/results.jsonl",
+        "other": "/tmp/kope-ab/x",
+        "files": ["/node/repo/t.py", "/repository/t.py"],
+        "n": 3,
+        "root": Path("/node/repo"),
+    }
+
+
+def test_what_a_worker_sends_back_stays_in_the_work_folder(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    (work / "replayed").mkdir(parents=True)
+    (work / "results.jsonl").write_text("signed\n")
+    (work / "replayed" / "0.npy").write_bytes(b"\x01")
+    (work / "builds").mkdir()
+    (work / "builds" / "k.so").write_bytes(b"lib")  # not sent back
+    files = collect(work)
+    assert sorted(files) == ["replayed/0.npy", "results.jsonl"]
+    back = tmp_path / "back"
+    back.mkdir()
+    Ran(Finished(0, False, 1.0, ""), files, (0.0, 1.0)).unpack(back)
+    assert (back / "replayed" / "0.npy").read_bytes() == b"\x01"
+    with pytest.raises(ValueError, match="outside its work folder"):
+        Ran(Finished(0, False, 1.0, ""), {"../escape": b"x"}, (0.0, 1.0)).unpack(back)
+    assert not (tmp_path / "escape").exists()
+
+
+def test_shipped_environment_is_the_judgement_settings_only() -> None:
+    env = {"OMP_NUM_THREADS": "2", "PATH": "/bin", "ANTHROPIC_API_KEY": "k", "KOPE_C_SCREEN_BINARY": "0"}
+    assert shipped_env(env) == {"OMP_NUM_THREADS": "2", "KOPE_C_SCREEN_BINARY": "0"}
+
+
+def test_a_timing_holds_the_node_whole() -> None:
+    node = NodeReservation()
+    inside: list[str] = []
+    overlaps: list[list[str]] = []
+    lock = threading.Lock()
+
+    def hold(kind: str) -> None:
+        with node.whole() if kind == "timing" else node.share():
+            with lock:
+                inside.append(kind)
+                if "timing" in inside and len(inside) > 1:
+                    overlaps.append(list(inside))
+            time.sleep(0.02)
+            with lock:
+                inside.remove(kind)
+
+    threads = [threading.Thread(target=hold, args=(k,)) for k in ["share", "timing"] * 8 + ["share"] * 4]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not overlaps, overlaps[:3]
+
+
+def test_each_runs_up_to_n_at_once_and_counts_what_is_left() -> None:
+    running, most, lefts = [0], [0], []
+    lock = threading.Lock()
+
+    def work(item: int, left: int) -> None:
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+            lefts.append(left)
+        time.sleep(0.05)
+        with lock:
+            running[0] -= 1
+
+    each(list(range(5)), work, 2)
+    assert most[0] == 2
+    assert sorted(lefts) == [1, 2, 3, 4, 5]
+    order: list[tuple[int, int]] = []
+    each([7, 8], lambda item, left: order.append((item, left)), 1)
+    assert order == [(7, 2), (8, 1)]
+
+
+def test_each_raises_the_first_error_and_starts_nothing_after_it() -> None:
+    started: list[int] = []
+
+    def work(item: int, left: int) -> None:
+        started.append(item)
+        if item == 0:
+            raise RuntimeError("boom")
+        time.sleep(0.05)
+
+    with pytest.raises(RuntimeError, match="boom"):
+        each(list(range(6)), work, 2)
+    assert len(started) < 6
+
+
+def test_one_at_a_time_serializes_method_calls() -> None:
+    class Counter:
+        tag = "plain attribute"
+
+        def __init__(self) -> None:
+            self.inside = 0
+            self.overlap = False
+
+        def bump(self) -> int:
+            self.inside += 1
+            self.overlap |= self.inside > 1
+            time.sleep(0.001)
+            self.inside -= 1
+            return 1
+
+    counter = Counter()
+    shared = OneAtATime(counter)
+    threads = [threading.Thread(target=lambda: [shared.bump() for _ in range(20)]) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not counter.overlap
+    assert shared.tag == "plain attribute"
