@@ -10,9 +10,9 @@ thread, exactly as before.
 
 from __future__ import annotations
 
+import queue
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -36,30 +36,45 @@ class Turns:
 def each(items: Sequence[T], work: Callable[[T, int], None], concurrency: int) -> None:
     """`work(item, left)` for every item, up to `concurrency` at once, in order of starting; `left` is
     the number of items not yet started, this one included. The first exception is raised once the
-    items in flight have finished (none is started after it)."""
+    items in flight have finished (none is started after it).
+
+    The threads are daemons and the caller waits in short joins: Ctrl-C stops the run at once, as it
+    does with one operator; what a thread had in flight dies with the process (every graph write is
+    one transaction, every judging child dies with its parent).
+    """
     turns = Turns(len(items))
     if concurrency <= 1 or len(items) <= 1:
         for item in items:
             work(item, turns.take())
         return
-    failed = threading.Event()
+    pending: queue.SimpleQueue[T] = queue.SimpleQueue()
+    for item in items:
+        pending.put(item)
+    errors: list[BaseException] = []
 
-    def one(item: T) -> None:
-        if failed.is_set():
-            return
-        try:
-            work(item, turns.take())
-        except BaseException:
-            failed.set()
-            raise
+    def worker() -> None:
+        while not errors:
+            try:
+                item = pending.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                work(item, turns.take())
+            except BaseException as e:  # noqa: BLE001 - raised in the caller's thread below
+                errors.append(e)
+                return
 
-    with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="kope-op") as pool:
-        futures = [pool.submit(one, item) for item in items]
-        wait(futures, return_when=FIRST_EXCEPTION)
-    for future in futures:
-        error = future.exception()
-        if error is not None:
-            raise error
+    threads = [
+        threading.Thread(target=worker, name=f"kope-operator-{i}", daemon=True)
+        for i in range(min(concurrency, len(items)))
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        while thread.is_alive():
+            thread.join(0.2)
+    if errors:
+        raise errors[0]
 
 
 class OneAtATime:

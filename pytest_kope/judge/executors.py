@@ -26,28 +26,36 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .sandbox import Finished
+from .sandbox import KEEP, Finished
 
 if TYPE_CHECKING:
     from .runner import Plan
 
 EXECUTORS = ("local", "ray")
 
-# What a judgement's outcome depends on from the controller's environment: sent with every job so a
-# worker judges as this machine would. The rest of the scrubbed environment (PATH, VIRTUAL_ENV,
-# LD_LIBRARY_PATH, the toolkits' homes, the devices Ray assigned) is the worker's own.
-SHIPPED_ENV = (
-    "CC",
-    "CXX",
-    "OMP_NUM_THREADS",
-    "OPENBLAS_CORETYPE",
-    "OPENBLAS_L2_SIZE",
-    "TRITON_INTERPRET",
-    "SOC_VERSION",
-    "KOPE_ASCEND_TARGET",
-    "KOPE_C_SCREEN_BINARY",
-    "TORCH_DEVICE_BACKEND_AUTOLOAD",
+# What a worker's own environment says about its node: its paths, locale, installed toolkits and the
+# devices Ray assigned it. Every other variable a judging child keeps (sandbox.KEEP: the compiler,
+# OpenMP threads, the screening switch, ...) decides how a judgement is done, so it travels with
+# the job from the controller and a worker judges as this machine would.
+NODE_OWN = frozenset(
+    {
+        "PATH",
+        "LANG",
+        "LC_ALL",
+        "LC_CTYPE",
+        "TZ",
+        "VIRTUAL_ENV",
+        "PYTHONPATH",
+        "LD_LIBRARY_PATH",
+        "CUDA_VISIBLE_DEVICES",
+        "ASCEND_RT_VISIBLE_DEVICES",
+        "ASCEND_HOME_PATH",
+        "ASCEND_TOOLKIT_HOME",
+        "ASCEND_OPP_PATH",
+        "ASCEND_AICPU_PATH",
+    }
 )
+SHIPPED_ENV = tuple(name for name in KEEP if name not in NODE_OWN)
 # What a child leaves in its work folder that the controller reads: its events, its log, the
 # differential check's outputs and, for the committed kernel, its recorded calls.
 SENT_BACK = ("results.jsonl", "child.log", "replayed", "recorded")

@@ -78,9 +78,9 @@ class Launcher:
     ) -> Judged:
         args = (candidate, tests, seeds, reference, device, record, replay_from, compare)
         if self.remote is not None:  # another executor (Ray) runs the child, and reserves its node
-            return self._elsewhere(*args)
+            return self._elsewhere(candidate, tests, seeds, reference, record, replay_from, compare)
         with self._reserved(reference is not None):
-            return self._here(*args)
+            return self._here(args)
 
     def _reserved(self, timing: bool) -> AbstractContextManager[object]:
         """The node held whole while a host-timed kernel is timed (operators judged concurrently
@@ -90,19 +90,9 @@ class Launcher:
             return nullcontext()
         return node.whole() if timing else node.share()
 
-    def _here(
-        self,
-        candidate: Candidate,
-        tests: list[str],
-        seeds: list[int],
-        reference: Candidate | None,
-        device: int | None,
-        record: Path | None,
-        replay_from: Path | None,
-        compare: Compare | None,
-    ) -> Judged:
-        """Judge in a child on this machine: forked from a warm server, or started fresh."""
-        args = (candidate, tests, seeds, reference, device, record, replay_from, compare)
+    def _here(self, args: tuple[Any, ...]) -> Judged:
+        """Judge in a child on this machine (`judge`'s arguments): forked from a warm server, or fresh."""
+        candidate, seeds, reference = args[0], args[2], args[3]
         server = self._server(seeds)
         if server is None:
             return self._run(None, *args)
@@ -161,7 +151,6 @@ class Launcher:
         tests: list[str],
         seeds: list[int],
         reference: Candidate | None,
-        device: int | None,
         record: Path | None,
         replay_from: Path | None,
         compare: Compare | None,

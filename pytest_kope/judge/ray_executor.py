@@ -86,17 +86,30 @@ class RayExecutor:
         self.ship = ship and not ray.is_initialized()  # a connection made elsewhere shares paths
         if not ray.is_initialized():
             shipped = {"working_dir": str(root), "excludes": EXCLUDES} if ship else None
-            if address:
-                ray.init(address=address, runtime_env=shipped, log_to_driver=False, configure_logging=False)
-            else:
-                ray.init(
-                    resources={NODE: 1},
-                    runtime_env=shipped,
-                    include_dashboard=False,
-                    log_to_driver=False,
-                    configure_logging=False,
-                )
-                self.started = True
+            try:
+                if address:
+                    ray.init(
+                        address=address, runtime_env=shipped, log_to_driver=False, configure_logging=False
+                    )
+                else:
+                    ray.init(
+                        resources={NODE: 1},
+                        runtime_env=shipped,
+                        include_dashboard=False,
+                        log_to_driver=False,
+                        configure_logging=False,
+                    )
+                    self.started = True
+            except Exception as e:  # ConnectionError, a repo too big to ship, ...: Ray's message, one line
+                where = f"the cluster at {address}" if address else "a local cluster"
+                raise ConfigError(
+                    f"--kope-executor ray: could not connect to {where}: {type(e).__name__}: {_first_line(e)}"
+                    + (
+                        "; or pass --kope-ray-repo shared (the repo at the same path on every node)"
+                        if ship
+                        else ""
+                    )
+                ) from None
         self.address = address or "a local cluster"
         self.task = ray.remote(_judge_task)
         self._replays: OrderedDict[str, Any] = OrderedDict()  # recorded-calls folder -> object in the store
