@@ -138,3 +138,48 @@ def test_one_at_a_time_serializes_method_calls() -> None:
         t.join()
     assert not counter.overlap
     assert shared.tag == "plain attribute"
+
+
+def test_operators_at_once_share_one_graph_and_see_each_others_attempts(tmp_path: Path) -> None:
+    """Two operator threads write and read the controller's graph through OneAtATime: every attempt
+    is recorded whole, and each thread sees the other's attempts as they land (what recall reads)."""
+    from pytest_kope.candidate import Candidate
+    from pytest_kope.judge.outcome import Judged, Outcome
+    from pytest_kope.memory import Graph
+
+    hw = {"arch": "x86_64", "model": "test", "simd": [], "cores": 2, "compiler": "gcc"}
+    graph = Graph(tmp_path / ".kope" / "experience.db")
+    shared = OneAtATime(graph)
+    shared.start_run("r1", "tuner", hw)
+    tasks = {op: shared.task_id(op, "rowwise", "c", hw) for op in ("rowsum", "softmax")}
+    seen_other: dict[str, int] = {}
+    errors: list[BaseException] = []
+
+    def optimize(op: str, other: str) -> None:
+        try:
+            for i in range(25):
+                c = Candidate(f"void {op}(){{}} // {i}", f"{op}.c", "c", {"I": i}, agent="tuner")
+                shared.record(tasks[op], "r1", Judged(c, Outcome.OK))
+                found = shared.rows("SELECT count(*) AS n FROM attempts WHERE task_id = ?", (tasks[other],))
+                seen_other[op] = max(seen_other.get(op, 0), found[0]["n"])
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [
+        threading.Thread(target=optimize, args=("rowsum", "softmax")),
+        threading.Thread(target=optimize, args=("softmax", "rowsum")),
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    try:
+        assert not errors, errors[0]
+        for op in tasks:
+            assert (
+                shared.rows("SELECT count(*) AS n FROM attempts WHERE task_id = ?", (tasks[op],))[0]["n"]
+                == 25
+            )
+        assert max(seen_other.values()) > 0  # a thread saw the other's attempts while both ran
+    finally:
+        graph.close()
