@@ -413,6 +413,7 @@ class KopeSession:
             min_gain=self.min_gain,
             executor=self.executor,
             node=self.node,
+            jail_required=not (type(self.agent) is Tuner or self.allow_unjailed),
         )
         if self.executor is not None:
             try:

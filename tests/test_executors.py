@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -183,3 +184,16 @@ def test_operators_at_once_share_one_graph_and_see_each_others_attempts(tmp_path
         assert max(seen_other.values()) > 0  # a thread saw the other's attempts while both ran
     finally:
         graph.close()
+
+
+def test_a_node_without_the_jail_refuses_a_run_that_needs_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Raised in the worker: Ray fails the task, the executor tries it elsewhere, then reports it."""
+    from types import SimpleNamespace
+
+    from pytest_kope.judge import executors, sandbox
+
+    monkeypatch.setattr(sandbox, "bubblewrap", lambda: (None, "bubblewrap not installed"))
+    plan: Any = SimpleNamespace(jail_required=True)
+    job = executors.Job(plan, {}, b"k", "/tmp/none", False, {}, False)
+    with pytest.raises(RuntimeError, match="cannot jail this run's candidates: bubblewrap not installed"):
+        executors.judge_on_this_node(job, None)

@@ -133,7 +133,11 @@ def judge_on_this_node(job: Job, replay: dict[str, bytes] | None) -> Ran:
     check; written to a folder of their own, read-only to the child like everything outside its work.
     """
     from .launch import Launcher
+    from .sandbox import bubblewrap
 
+    jail, why = bubblewrap()
+    if job.plan.jail_required and jail is None:  # an error of this node: the task is tried elsewhere
+        raise RuntimeError(f"node {socket.gethostname()} cannot jail this run's candidates: {why}")
     base = Path(tempfile.mkdtemp(prefix="kope-node-"))
     try:
         work = base / "work"

@@ -56,6 +56,7 @@ class Plan:
     executor: Any = None  # where children run (`executors.py`): None judges on this machine
     node: Any = None  # a NodeReservation shared by operators judged concurrently on this machine
     timing_slots: queue.Queue[int | None] | None = None  # devices shared by those operators' timings
+    jail_required: bool = False  # candidates of this run run only jailed (checked where they run)
 
 
 class Judge:
