@@ -49,6 +49,11 @@ class MarkerError(ConfigError):
     """A `pytest.mark.kope(...)` marker names no operator, no source, or a file or folder that is not there."""
 
 
+class InfrastructureFault(KopeError):
+    """A judgement was lost to the machinery, not to the candidate: the worker or node running it died
+    (twice, on a retry), or the executor could not reach it. Recorded as such, never as the candidate's crash."""
+
+
 class ForgeError(KopeError):
     """The forge (GitHub, GitLab) refused a pull-request call for good: bad token, no permission, no such
     repository, or still failing after the retries. Reported for that operator; the run goes on."""

@@ -47,6 +47,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     _search_options(g, parser)
     _output_options(g, parser)
     _judge_options(g, parser)
+    _executor_options(g, parser)
     _review_options(g, parser)
 
 
@@ -170,6 +171,31 @@ def _judge_options(g: Any, parser: pytest.Parser) -> None:
     )
     _option(
         g, parser, "kope-devices", "accelerator devices for performance judging, e.g. 0,1 (default: auto)"
+    )
+
+
+def _executor_options(g: Any, parser: pytest.Parser) -> None:
+    """Where judging children run, and how many operators are optimized at once."""
+    _option(
+        g,
+        parser,
+        "kope-executor",
+        "where judging children run: local (this machine, default) or ray (a Ray cluster: the one at "
+        "$RAY_ADDRESS, else a local one; needs pip install 'pytest-kope[ray]')",
+    )
+    _option(
+        g,
+        parser,
+        "kope-concurrency",
+        "operators optimized at once, each with its own budget (default 1)",
+        type=int,
+    )
+    _option(
+        g,
+        parser,
+        "kope-ray-repo",
+        "how Ray workers get the operator repo: ship (as the tasks' working dir, default) or shared "
+        "(the same path on every node)",
     )
 
 

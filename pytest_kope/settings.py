@@ -64,6 +64,10 @@ class Settings:
     db: str | None
     devices: str
     report: str | None
+    executor: str = "local"  # where judging children run: local or ray (judge/executors.py)
+    concurrency: int = 1  # operators optimized at once (scheduler.py)
+    ray_repo: str = "ship"  # how Ray workers get the operator repo: ship or shared
+    jobs_given: bool = True  # --kope-jobs (or kope_jobs) was set; else an executor may choose
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> Settings:
@@ -86,6 +90,10 @@ class Settings:
             db=setting(config, "kope_db", None),
             devices=str(setting(config, "kope_devices", "")).strip(),
             report=config.getoption("kope_report", None),
+            executor=str(setting(config, "kope_executor", "local")),
+            concurrency=int(setting(config, "kope_concurrency", 1)),
+            ray_repo=str(setting(config, "kope_ray_repo", "ship")),
+            jobs_given=setting(config, "kope_jobs", None) is not None,
         )
         if s.budget < 1:
             raise ConfigError(f"--kope-budget must be at least 1, got {s.budget}")
@@ -93,8 +101,22 @@ class Settings:
             raise ConfigError(f"--kope-patience must be 0 (off) or more, got {s.patience}")
         if s.minutes is not None and s.minutes < 0:
             raise ConfigError(f"--kope-time-budget takes minutes, 0 or more; got {s.minutes}")
+        s.check_executor()
         s.device_indices()  # a bad --kope-devices is a usage error before anything runs
         return s
+
+    def check_executor(self) -> None:
+        """--kope-executor, --kope-concurrency and --kope-ray-repo name something that can work."""
+        from .judge.executors import EXECUTORS
+
+        if self.executor not in EXECUTORS:
+            raise ConfigError(
+                f"--kope-executor {self.executor}: no such executor; choose one of {', '.join(EXECUTORS)}"
+            )
+        if self.concurrency < 1:
+            raise ConfigError(f"--kope-concurrency must be at least 1, got {self.concurrency}")
+        if self.ray_repo not in ("ship", "shared"):
+            raise ConfigError(f"--kope-ray-repo takes ship or shared, got {self.ray_repo!r}")
 
     def device_indices(self) -> tuple[int, ...] | None:
         """--kope-devices 0,1 (or ini kope_devices) as indices; None when not given."""

@@ -151,7 +151,7 @@ def _agent_dir(root: Path, repo: Path, names: list[str]) -> Path:
 class Run:
     """One optimize run over some tricks, and everything the assertions need from it."""
 
-    def __init__(self, root: Path, names: list[str], extra_env: dict[str, str]):
+    def __init__(self, root: Path, names: list[str], extra_env: dict[str, str], args: tuple[str, ...] = ()):
         for p in OUTSIDE:
             p.unlink(missing_ok=True)
         self.repo = _make_repo(root)
@@ -163,6 +163,7 @@ class Run:
         cmd = [sys.executable, "-m", "pytest", "--kope-optimize", f"--kope-agent=replay:{agent}"]
         cmd += ["--kope-budget", str(len(names)), "--kope-timeout", "10", "--kope-jobs", "3"]
         cmd += ["--kope-seeds", "2", "-p", "no:cacheprovider", "-p", "no:randomly"]
+        cmd += args
         if JAIL is None:  # replayed candidates run only in the jail unless allowed: test the next layers
             cmd.append("--kope-allow-unjailed")
         self.proc = subprocess.run(cmd, cwd=self.repo, env=env, capture_output=True, text=True, timeout=600)

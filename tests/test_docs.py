@@ -38,6 +38,9 @@ def test_help_lists_every_option_and_the_readme_documents_them(pytester: pytest.
         "--kope-patience",
         "--kope-explore",
         "--kope-time-budget",
+        "--kope-executor",
+        "--kope-concurrency",
+        "--kope-ray-repo",
     }
     assert expected <= options
     missing = sorted(o for o in options if o not in README)
@@ -55,7 +58,7 @@ def test_every_hookspec_has_an_example_and_is_in_the_readme() -> None:
 
 def test_readme_quick_start_has_the_main_job_and_ci_runs_the_readme_test_command() -> None:
     assert "pytest sample_ops --kope-optimize --kope-agent tuner" in README
-    command = "pip install torch==2.13.0 && pip install -e '.[test,triton]' && python -m pytest"
+    command = "pip install torch==2.13.0 && pip install -e '.[test,triton,ray]' && python -m pytest"
     assert command in README
     assert command in (ROOT / ".ci" / "run").read_text()
 

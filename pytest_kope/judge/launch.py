@@ -17,6 +17,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,7 @@ class Launcher:
         self.pool: Pool | None = None
         self.cache: BuildCache | None = None
         self.notes: list[str] = []  # said once: why the servers are off
+        self.remote = plan.executor  # None: judge here; else where it runs each child (`executors.py`)
 
     def fresh_processes(self) -> None:
         """From now on every child starts fresh and builds privately (the verification of a winner)."""
@@ -77,6 +79,22 @@ class Launcher:
         compare: Compare | None,
     ) -> Judged:
         args = (candidate, tests, seeds, reference, device, record, replay_from, compare)
+        if self.remote is not None:  # another executor (Ray) runs the child, and reserves its node
+            return self._elsewhere(candidate, tests, seeds, reference, record, replay_from, compare)
+        with self._reserved(reference is not None):
+            return self._here(args)
+
+    def _reserved(self, timing: bool) -> AbstractContextManager[object]:
+        """The node held whole while a host-timed kernel is timed (operators judged concurrently
+        share it); a share of it for anything else. Nothing to hold without a reservation."""
+        node = self.plan.node
+        if node is None or self.plan.limits.device:
+            return nullcontext()
+        return node.whole() if timing else node.share()
+
+    def _here(self, args: tuple[Any, ...]) -> Judged:
+        """Judge in a child on this machine (`judge`'s arguments): forked from a warm server, or fresh."""
+        candidate, seeds, reference = args[0], args[2], args[3]
         server = self._server(seeds)
         if server is None:
             return self._run(None, *args)
@@ -114,30 +132,78 @@ class Launcher:
             key = secrets.token_bytes(32)
             into = (work / "recorded" if server else record) if record else None
             spec = self._spec(candidate, reference, tests, seeds, work, into, replay_from)
-            env = self._env(work, device, correctness=reference is None, cached=server is not None)
+            env = self.child_env(work, device, correctness=reference is None, cached=server is not None)
             began = time.monotonic()
             if server is not None:
                 finished, _ = server.run("judge", work, spec, env, key)
             else:
-                finished = self._fresh(spec, env, key, work, record)
+                finished = self.run_fresh(spec, env, key, work, record)
             ended = time.monotonic()
-            events, forged = read_events(work / "results.jsonl", key)
-            judged = interpret(candidate, finished, events, tests)
-            judged.phases = phases(events, began, ended, timing=reference is not None)
-            if compare is not None and judged.outcome in (Outcome.OK, Outcome.INCORRECT):
-                judged.differential = compare(events, work / "replayed")
-                judged.phases["compare"] = time.monotonic() - ended
-            if forged:
-                judged.notes.append(f"dropped {forged} unsigned line(s) in the child's results (forged)")
-                if judged.outcome.correct:
-                    judged.outcome = Outcome.INCORRECT
-                    judged.failures.insert(0, f"forged {forged} result line(s) the judge did not sign")
+            judged = self._read(candidate, tests, reference, finished, work, key, (began, ended), compare)
             if server is not None and record is not None:
                 _take(work / "recorded", record)
             self._keep(candidate, work, "perf.log" if reference else "correctness.log")
             return judged
         finally:
             shutil.rmtree(work, ignore_errors=True)
+
+    def _elsewhere(
+        self,
+        candidate: Candidate,
+        tests: list[str],
+        seeds: list[int],
+        reference: Candidate | None,
+        record: Path | None,
+        replay_from: Path | None,
+        compare: Compare | None,
+    ) -> Judged:
+        """Judge through another executor: the same fresh child runs on a worker node, which sends
+        back what it wrote (`Ran`); the verdict is read and decided here, as for a local child."""
+        work = Path(tempfile.mkdtemp(prefix=f"kope-{self.plan.operator.name}-"))
+        try:
+            key = secrets.token_bytes(32)
+            into = work / "recorded" if record else None
+            spec = self._spec(candidate, reference, tests, seeds, work, into, replay_from)
+            sent = time.monotonic()
+            ran = self.remote.judge(self.plan, spec, key, work, timing=reference is not None)
+            took = time.monotonic() - sent
+            ran.unpack(work)
+            judged = self._read(candidate, tests, reference, ran.finished, work, key, ran.clock, compare)
+            judged.phases["executor"] = max(0.0, took - ran.finished.wall_s)  # what the executor added
+            self.notes += [f"{note} ({candidate.short})" for note in ran.notes]  # not the candidate's
+            if record is not None:
+                _take(work / "recorded", record)
+            self._keep(candidate, work, "perf.log" if reference else "correctness.log")
+            return judged
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+    def _read(
+        self,
+        candidate: Candidate,
+        tests: list[str],
+        reference: Candidate | None,
+        finished: sandbox.Finished,
+        work: Path,
+        key: bytes,
+        clock: tuple[float, float],
+        compare: Compare | None,
+    ) -> Judged:
+        """The verdict from what a child left in `work`: its signed events, its end, its replayed
+        outputs; `clock` is when it began and ended on the clock its events use (its node's)."""
+        events, forged = read_events(work / "results.jsonl", key)
+        judged = interpret(candidate, finished, events, tests)
+        judged.phases = phases(events, clock[0], clock[1], timing=reference is not None)
+        if compare is not None and judged.outcome in (Outcome.OK, Outcome.INCORRECT):
+            compared = time.monotonic()
+            judged.differential = compare(events, work / "replayed")
+            judged.phases["compare"] = time.monotonic() - compared
+        if forged:
+            judged.notes.append(f"dropped {forged} unsigned line(s) in the child's results (forged)")
+            if judged.outcome.correct:
+                judged.outcome = Outcome.INCORRECT
+                judged.failures.insert(0, f"forged {forged} result line(s) the judge did not sign")
+        return judged
 
     def _spec(
         self,
@@ -167,7 +233,8 @@ class Launcher:
             "min_gain": plan.min_gain if plan.sequential else None,
         }
 
-    def _env(self, work: Path, device: int | None, correctness: bool, cached: bool) -> dict[str, str]:
+    def child_env(self, work: Path, device: int | None, correctness: bool, cached: bool) -> dict[str, str]:
+        """What a judging child's environment adds to the scrubbed one (on the node it runs on)."""
         plan = self.plan
         env = {
             **plan.toolchain_env,
@@ -180,7 +247,7 @@ class Launcher:
             env.update(self.cache.env())
         return env
 
-    def _fresh(
+    def run_fresh(
         self, spec: dict[str, Any], env: dict[str, str], key: bytes, work: Path, record: Path | None
     ) -> sandbox.Finished:
         """A new `python -m pytest` child in its own jail; the key reaches it through a pipe."""
@@ -223,7 +290,7 @@ class Launcher:
                 key = secrets.token_bytes(32)
                 spec = {"candidate": candidate.to_json(), "operator": self.plan.operator.to_json()}
                 spec["results"] = str(work / "results.jsonl")
-                env = self._env(work, None, correctness=False, cached=False)
+                env = self.child_env(work, None, correctness=False, cached=False)
                 finished, reply = server.run("build", work, spec, env, key)
                 cache.builds += 1
                 events, _ = read_events(work / "results.jsonl", key)

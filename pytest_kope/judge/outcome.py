@@ -58,6 +58,7 @@ class Judged:
     differential: list[str] = field(default_factory=list, repr=False)  # the differential check's findings
     fixed_inputs: list[str] = field(default_factory=list, repr=False)  # tests that make their own inputs
     phases: dict[str, float] = field(default_factory=dict, repr=False)  # seconds by phase, for the bench
+    fault: str = field(default="", repr=False)  # lost to the machinery (InfrastructureFault): no verdict
 
     @property
     def ratio(self) -> float | None:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..candidate import Candidate
-from ..errors import SpecError
+from ..errors import InfrastructureFault, SpecError
 from ..operator import Operator, interface_change
 from ..spec import parse_spec
 from . import differential, sandbox
@@ -55,6 +55,10 @@ class Plan:
     min_gain: float = 0.05  # the gain a paired timing must decide (`--kope-min-gain`)
     sequential: bool = True  # paired rounds stop once the 95% bound decides (else they run to the cap)
     device_env_var: str | None = None  # the toolchain's variable that pins a child to one device
+    executor: Any = None  # where children run (`executors.py`): None judges on this machine
+    node: Any = None  # a NodeReservation shared by operators judged concurrently on this machine
+    timing_slots: queue.Queue[int | None] | None = None  # devices shared by those operators' timings
+    jail_required: bool = False  # candidates of this run run only jailed (checked where they run)
 
 
 class Judge:
@@ -63,9 +67,10 @@ class Judge:
     def __init__(self, plan: Plan, screen: Callable[[Candidate], list[str]]):
         self.plan = plan
         self.screen = screen  # toolchain.screen
-        self.free_devices: queue.Queue[int | None] = queue.Queue()
-        for device in plan.devices or (None,):
-            self.free_devices.put(device)
+        self.free_devices: queue.Queue[int | None] = plan.timing_slots or queue.Queue()
+        if plan.timing_slots is None:
+            for device in plan.devices or (None,):
+                self.free_devices.put(device)
         self.recorded: Path | None = None  # the committed kernel's recorded calls (inputs only on disk)
         self.expected: dict[str, dict[str, Any]] = {}  # its outputs, held here, never on disk
         self.committed: Candidate | None = None
@@ -131,11 +136,14 @@ class Judge:
         reasons = self.screen(candidate) + _interface_reasons(self.plan.operator, candidate)
         if reasons:
             return Judged(candidate, Outcome.REJECTED, failures=[f"screening: {r}" for r in reasons])
-        judged = self._child(
-            candidate, self.plan.correctness, self._draw_seeds(), reference=None, device=device
-        )
-        if judged.outcome == Outcome.INCORRECT and judged.failed_runs and self.committed is not None:
-            self._forgive_flaky(judged, device)
+        try:
+            judged = self._child(
+                candidate, self.plan.correctness, self._draw_seeds(), reference=None, device=device
+            )
+            if judged.outcome == Outcome.INCORRECT and judged.failed_runs and self.committed is not None:
+                self._forgive_flaky(judged, device)
+        except InfrastructureFault as e:  # the machinery's failure: no verdict on the candidate
+            return Judged(candidate, Outcome.RUNTIME_FAILED, failures=[str(e)], fault=str(e))
         if judged.outcome.correct and judged.differential:
             judged.outcome = Outcome.INCORRECT
             judged.failures = judged.differential[:3]
@@ -174,6 +182,9 @@ class Judge:
         device = self.free_devices.get()
         try:
             timed = self._child(judged.candidate, self.plan.performance, [], reference, device=device)
+        except InfrastructureFault as e:
+            judged.fault, judged.failures = str(e), [str(e)]
+            return judged
         finally:
             self.free_devices.put(device)
         judged.seconds += timed.seconds

@@ -22,6 +22,7 @@ Tables (readable in Datasette or `sqlite-utils tables .kope/experience.db`):
 from __future__ import annotations
 
 import fcntl
+import sqlite3
 from pathlib import Path
 
 from sqlite_utils import Database
@@ -36,7 +37,9 @@ def open_database(path: Path | str) -> Database:
     """Open (creating) the database file in WAL mode and bring its schema up to date."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    db = Database(path)
+    # usable from any thread: a controller optimizing operators concurrently serializes its calls
+    # (`scheduler.OneAtATime`); SQLite itself is built thread-safe (serialized mode)
+    db = Database(sqlite3.connect(str(path), check_same_thread=False))
     db.execute("PRAGMA busy_timeout = 10000")
     # Two runs opening one new graph at once: SQLite answers a write that upgrades a read lock with
     # "database is locked" at once, without waiting, so schema changes take turns behind a file lock.

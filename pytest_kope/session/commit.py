@@ -31,7 +31,7 @@ def conclude(s: KopeSession, loop: OperatorLoop, p: Progress, seconds: float) ->
     elif p.incumbent is not p.baseline:
         started = time.monotonic()
         loop.say(f"verifying {p.incumbent.candidate.short} in a fresh process against the baseline")
-        verified, note = verify(loop.judge, p.baseline, p.incumbent, s.settings.min_gain)
+        verified, note = verify(loop.judge, p.baseline, p.incumbent, s.settings.min_gain, loop.fault)
         s.clock.verifies.append(time.monotonic() - started)
         # the toolchain writes the winning values in as the defaults, so the committed file builds the
         # winner; publish.py commits it (never losing a commit), pushes, opens the pull request

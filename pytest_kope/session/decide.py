@@ -33,18 +33,31 @@ def decide(j: Judged, incumbent: Judged, min_gain: float) -> bool:
     return False
 
 
+def judged_only(verdicts: list[Judged], fault: Callable[[Judged], None]) -> list[Judged]:
+    """The verdicts not lost to the machinery; `fault` hears of each lost one."""
+    for j in verdicts:
+        if j.fault:
+            fault(j)
+    return [j for j in verdicts if not j.fault]
+
+
 def judge_batch(
     judge: Judge,
     batch: list[Candidate],
     incumbent: Judged,
     min_gain: float,
     remember: Callable[[Judged], None],
+    fault: Callable[[Judged], None],
 ) -> list[Judged]:
-    """Correctness for the batch in parallel, then each survivor timed against the then incumbent."""
-    verdicts = judge.correctness(batch)
+    """Correctness for the batch in parallel, then each survivor timed against the then incumbent.
+    A judgement lost to the machinery (`j.fault`) is left out: no verdict, no evaluation spent; `fault`
+    hears of it."""
+    verdicts = judged_only(judge.correctness(batch), fault)
     if len(judge.plan.devices) > 1:  # one timing worker per device, all against one incumbent
         survivors = [j for j in verdicts if j.outcome.correct]
         judge.performance_many(survivors, incumbent.candidate)
+        survivors = judged_only(survivors, fault)
+        verdicts = [j for j in verdicts if not j.fault]
         for j in survivors:
             decide(j, incumbent, min_gain)
         winners = [j for j in survivors if j.outcome == Outcome.BETTER]
@@ -58,20 +71,29 @@ def judge_batch(
     for j in verdicts:
         if j.outcome.correct:
             judge.performance(j, incumbent.candidate)
+            if j.fault:
+                fault(j)
+                continue
             if decide(j, incumbent, min_gain):
                 incumbent = j
         remember(j)
-    return verdicts
+    return [j for j in verdicts if not j.fault]
 
 
-def verify(judge: Judge, baseline: Judged, incumbent: Judged, min_gain: float) -> tuple[Judged | None, str]:
+def verify(
+    judge: Judge, baseline: Judged, incumbent: Judged, min_gain: float, fault: Callable[[Judged], None]
+) -> tuple[Judged | None, str]:
     """Re-run the winner in a fresh process with fresh inputs, timed against the baseline: the verified
-    winner (its speedup now its ratio to the baseline), or None and why not."""
+    winner (its speedup now its ratio to the baseline), or None and why not (a judgement lost to the
+    machinery is not the candidate's failure: `fault` hears of it)."""
     judge.fresh_processes()  # independence over speed: a new process, a new build
     judge.baseline(baseline.candidate)  # the differential check on inputs never seen before
     fresh = judge.correctness([incumbent.candidate])[0]
     if fresh.outcome.correct:
         judge.performance(fresh, baseline.candidate)
+    if fresh.fault and not (fresh.outcome.correct and fresh.timings):
+        fault(fresh)
+        return None, f"not verified: infrastructure fault: {fresh.fault[:300]}"
     if not (fresh.outcome.correct and fresh.timings):
         why = (fresh.failures or fresh.notes or [""])[0][:300]
         return None, f"failed verification: {fresh.outcome.value}: {why}"

@@ -17,7 +17,7 @@ import pytest
 from ..agents.base import Context, OperatorInfo
 from ..agents.tuner import Tuner
 from ..candidate import Candidate
-from ..errors import BaselineBroken, KopeError, SpecError
+from ..errors import BaselineBroken, InfrastructureFault, KopeError, SpecError
 from ..judge import sandbox
 from ..judge.outcome import Judged, Outcome
 from ..judge.runner import Judge, Plan
@@ -64,15 +64,17 @@ def plan_for(s: KopeSession, run: OperatorRun) -> tuple[Plan, Toolchain]:
         s.run_dir / op.name,
         devices if devices is not None else tuple(range(tc.count_devices())),
         tuple(s.config.getini("kope_plugins")),
-        _ceilings(s, tc),
+        measure_ceilings(s, tc),
         fork_server=s.settings.fork_server,
         min_gain=s.settings.min_gain,
         device_env_var=tc.device_env_var,
+        jail_required=not (type(s.agent) is Tuner or s.settings.allow_unjailed),
     )
+    s.concurrency.share(plan)  # the executor and node; timing devices shared by operators at once
     return plan, tc
 
 
-def _ceilings(s: KopeSession, tc: Toolchain) -> dict[str, Any] | None:
+def measure_ceilings(s: KopeSession, tc: Toolchain) -> dict[str, Any] | None:
     """This machine's measured memory and FMA ceilings, for kernels timed on the host CPU."""
     if not tc.timed_on_host:
         return None
@@ -193,6 +195,8 @@ class OperatorLoop:
             )
         if self.can_time:
             judge.performance(baseline, baseline.candidate)
+            if baseline.fault:
+                raise InfrastructureFault(f"timing the committed kernel: {baseline.fault}")
         else:
             why = self.timer.why_not or "no performance test selected"
             self.say(f"not timing: {why}; nothing will be committed")
@@ -228,10 +232,17 @@ class OperatorLoop:
         self.s.graph.record(self.task, self.s.run_id, j)
         self.s.config.hook.pytest_kope_candidate_judged(operator=self.op.name, result=j, config=self.s.config)
 
+    def fault(self, j: Judged) -> None:
+        """A judgement lost to the machinery (`j.fault`): reported, no verdict recorded."""
+        self.s.concurrency.fault(self.op.name, j)
+
     def _judge(self, p: Progress, batch: list[Candidate]) -> list[Judged]:
+        """The batch judged and counted; judgements lost to the machinery are left out."""
         t0 = time.monotonic()
-        judged = judge_batch(self.judge, batch, p.incumbent, self.s.settings.min_gain, self.remember)
-        p.judged(judged, time.monotonic() - t0)
+        min_gain = self.s.settings.min_gain
+        judged = judge_batch(self.judge, batch, p.incumbent, min_gain, self.remember, self.fault)
+        if judged:
+            p.judged(judged, time.monotonic() - t0)
         return judged
 
     def _resume(self, p: Progress) -> None:
@@ -244,7 +255,7 @@ class OperatorLoop:
             prior = None
         if prior is not None and self._descends(prior, p.baseline.candidate.hash):
             again = self._judge(p, [prior.candidate])
-            if again[0].outcome == Outcome.BETTER:
+            if again and again[0].outcome == Outcome.BETTER:
                 self.say(f"resuming from the known best {prior.candidate.short} ({again[0].speedup:.2f}x)")
 
     def _may_run(self, candidate: Candidate) -> bool:
@@ -302,6 +313,9 @@ class OperatorLoop:
                     p.rule.stop(*((Stop.CONVERGED, done) if done else nothing))
                 continue
             judged = self._judge(p, batch)
+            if not judged:  # the whole batch was lost to the machinery: the cluster is gone
+                p.rule.stop(Stop.ERROR, f"infrastructure: {len(batch)} judgement(s) lost in a row")
+                continue
             s.graph.distill(self.task, s.run_id)
             for a in agents:
                 a.observe(ctx, judged)

@@ -8,6 +8,7 @@ test run loop. Every hook runs its work inside `border()`, where a KopeError bec
 from __future__ import annotations
 
 import datetime
+import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import Generator
@@ -25,10 +26,12 @@ from ..hardware import label
 from ..judge import sandbox
 from ..operator import Operator, operator_of
 from ..paths import ensure_kope_dir, kope_home
+from ..scheduler import each
 from ..settings import Settings
 from ..stopping import RunClock, Slot, Stop, stopped
 from ..toolchains import toolchain_of
 from .border import border
+from .concurrency import Concurrency
 from .loop import OperatorLoop
 
 
@@ -54,6 +57,8 @@ class KopeSession:
         self.operators: OrderedDict[str, OperatorRun] = OrderedDict()
         self.tw: Any = None
         self.ceilings_measured = False  # the physics probe runs again once a run: ceilings only rise
+        self.output = threading.Lock()  # operators at once write whole lines to the terminal
+        self.concurrency = Concurrency(self)  # the executor, and operators at once (concurrency.py)
 
     def batch(self) -> int:
         """Candidates per round: enough to keep every correctness worker busy twice."""
@@ -61,7 +66,8 @@ class KopeSession:
 
     def say(self, line: str, red: bool = False) -> None:
         if self.tw is not None:
-            self.tw.write_line(line, red=red)
+            with self.output:
+                self.tw.write_line(line, red=red)
 
     # -- pytest hooks --------------------------------------------------------------------------
     def pytest_configure(self, config: pytest.Config) -> None:
@@ -125,30 +131,36 @@ class KopeSession:
             session.testsfailed = check(self)
             self.graph.close()
             return True
-        failed = 0
         runs = list(self.operators.values())
-        for i, run in enumerate(runs):
-            # an operator's minimum: one round that keeps each correctness worker busy once
-            slot = self.clock.slot(len(runs) - i, self.settings.jobs) if self.clock.limited else None
-            failed += self._one(run, slot)
-            self.config.hook.pytest_kope_operator_done(
-                operator=run.op.name, summary=run.summary, config=self.config
-            )
-        session.testsfailed = failed
+        self.concurrency.measure_ceilings_once(runs)
+        each(runs, self._operator, self.settings.concurrency)
+        session.testsfailed = sum("error" in run.summary for run in runs)
         self._finish()
         return True
 
-    def _one(self, run: OperatorRun, slot: Slot | None) -> int:
-        """Optimize one operator into `run.summary`; 1 when it stopped on an error, else 0."""
+    def _operator(self, run: OperatorRun, left: int) -> None:
+        """One operator from baseline to commit; `left`: operators not started yet, this one included.
+        Under --kope-concurrency each runs in a thread of its own, with its own agent (`view`)."""
+        # an operator's minimum: one round that keeps each correctness worker busy once
+        slot = self.clock.slot(left, self.settings.jobs) if self.clock.limited else None
+        self._one(run, slot)
+        faults = self.concurrency.faults.get(run.op.name)
+        if faults:
+            run.summary["infrastructure_faults"] = faults
+        self.config.hook.pytest_kope_operator_done(
+            operator=run.op.name, summary=run.summary, config=self.config
+        )
+
+    def _one(self, run: OperatorRun, slot: Slot | None) -> None:
+        """Optimize one operator into `run.summary` (an "error" in it when it stopped on one)."""
         name = run.op.name
         if self.clock.limited and slot is None:
             why = f"the time budget ({self.clock.minutes:g} min) ran out before it began"
             self.say(f"kope {name}: not started: {why}")
             run.summary = {"name": name, "verified": False, "stopped": stopped(Stop.NOT_REACHED, why)}
-            return 0
+            return
         try:
-            run.summary = OperatorLoop(self, run, slot).run()
-            return 0
+            run.summary = OperatorLoop(self.concurrency.view(), run, slot).run()
         except KopeError as e:  # BaselineBroken, an unavailable toolchain, no correctness tests
             self.say(f"kope {name}: STOPPED: {e}", red=True)
             run.summary = {
@@ -157,7 +169,6 @@ class KopeSession:
                 "verified": False,
                 "stopped": stopped(Stop.ERROR, str(e)),
             }
-            return 1
 
     # -- setup -----------------------------------------------------------------------------------
     def _start(self) -> None:
@@ -216,6 +227,7 @@ class KopeSession:
                 self.say(f"kope: removed a worktree a killed run left behind: {path}")
         self.publisher = Publisher(self.config, self.vcs, self.run_id, s.prefix, self.run_dir, self.graph)
         self.publisher.say = self.say
+        self.concurrency.start()
 
     def _toolchains(self) -> None:
         """Which toolchains work here, and why not (for the report)."""
@@ -233,9 +245,7 @@ class KopeSession:
 
     # -- the end ---------------------------------------------------------------------------------
     def _finish(self) -> None:
-        usage = self.agent.usage() if hasattr(self.agent, "usage") else {}
-        if hasattr(self.agent, "close"):
-            self.agent.close()
+        usage = self.concurrency.close(self.agent)
         self.graph.finish_run(self.run_id, usage)
         data = self._report_data(usage)
         paths = report_formats.write(self.run_dir, data, self.settings.report)
@@ -265,6 +275,8 @@ class KopeSession:
             "availability": self.availability,
             "isolation": sandbox.isolation_summary(),
             "usage": usage,
+            "executor": s.executor,
+            "concurrency": s.concurrency,
             "operators": [r.summary for r in self.operators.values()],
             # per operator, the lessons this run taught or confirmed, strongest evidence first
             "lessons": {name: learned_in_run(self.graph, self.run_id, name) for name in self.operators},

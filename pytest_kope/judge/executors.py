@@ -1,0 +1,251 @@
+"""Where a judging child runs: on this machine (the default), or on a worker node of another engine.
+
+The seam is one method, `Executor.judge(plan, spec, key, work, timing) -> Ran`: the controller has
+drawn the signing key and written the child's spec (`launch.py`); an executor runs the *same* fresh
+judging child (`Launcher.run_fresh`: rlimits, bubblewrap jail, scrubbed environment) on some node and
+sends back what the child wrote (`Ran`). The controller then reads the signed events and decides the
+verdict exactly as for a local child, so a worker decides nothing and writes neither graph nor git.
+
+The local executor needs no object here: `Plan.executor` is None and `Launcher` judges in children of
+this process (fork servers or fresh). `ray_executor.py` is the other executor; this module holds what
+is not Ray's: the job a worker gets, what it sends back, the worker's side (`judge_on_this_node`,
+plain Python, run inside a Ray task) and the node reservation for operators judged concurrently here.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from .sandbox import KEEP, Finished
+
+if TYPE_CHECKING:
+    from .runner import Plan
+
+EXECUTORS = ("local", "ray")
+
+# What a worker's own environment says about its node: its paths, locale, installed toolkits and the
+# devices Ray assigned it. Every other variable a judging child keeps decides how a judgement is done,
+# so it travels with the job from the controller and a worker judges as this machine would: those of
+# sandbox.KEEP (the compiler, OpenMP threads, ...) as `Job.env`, and the toolchain's own
+# (`Toolchain.passed_env()` and `environment()`: the screening switch, the Ascend chip, ...) in the
+# plan's `toolchain_env`, less the node's own, which the worker takes from its environment
+# (`Job.node_env`).
+NODE_OWN = frozenset(
+    {
+        "PATH",
+        "LANG",
+        "LC_ALL",
+        "LC_CTYPE",
+        "TZ",
+        "VIRTUAL_ENV",
+        "PYTHONPATH",
+        "LD_LIBRARY_PATH",
+        "CUDA_VISIBLE_DEVICES",
+        "ASCEND_RT_VISIBLE_DEVICES",
+        "ASCEND_HOME_PATH",
+        "ASCEND_TOOLKIT_HOME",
+        "ASCEND_OPP_PATH",
+        "ASCEND_AICPU_PATH",
+    }
+)
+SHIPPED_ENV = tuple(name for name in KEEP if name not in NODE_OWN)
+# What a child leaves in its work folder that the controller reads: its events, its log, the
+# differential check's outputs and, for the committed kernel, its recorded calls.
+SENT_BACK = ("results.jsonl", "child.log", "replayed", "recorded")
+
+
+class Executor(Protocol):
+    """Runs one judging child somewhere and returns what it wrote."""
+
+    name: str
+
+    def judge(self, plan: Plan, spec: dict[str, Any], key: bytes, work: Path, timing: bool) -> Ran:
+        """Run the child `spec` describes (paths in it are under `work` on this machine); raises
+        `InfrastructureFault` when the machinery, not the child, failed."""
+        ...
+
+    def close(self) -> None: ...
+
+
+@dataclass
+class Job:
+    """One judgement as a worker receives it (pickled): the plan without this process's objects, the
+    spec with this machine's paths, which the worker moves to its own."""
+
+    plan: Plan
+    spec: dict[str, Any]
+    key: bytes
+    work: str  # the controller's work folder: the spec's paths under it move to the worker's
+    timing: bool
+    env: dict[str, str]  # SHIPPED_ENV as the controller has it
+    node_env: tuple[str, ...]  # the toolchain's variables the worker takes from its own environment
+    shipped: bool  # the operator repo came as Ray's working_dir (the worker's cwd), else a shared path
+
+
+@dataclass
+class Ran:
+    """What a worker sends back: how the child ended, the files it left, when it ran (the node's clock)."""
+
+    finished: Finished
+    files: dict[str, bytes]  # path relative to the work folder -> content (SENT_BACK only)
+    clock: tuple[float, float]  # CLOCK_MONOTONIC of the worker's node, around the child
+    node: str = ""
+    notes: list[str] = field(default_factory=list)  # the executor's (retries), for the run's output
+
+    def unpack(self, work: Path) -> None:
+        """Write the files into `work` on this machine, refusing any path that would leave it."""
+        root = work.resolve()
+        for name, data in self.files.items():
+            target = (work / name).resolve()
+            if root not in target.parents:
+                raise ValueError(f"a worker sent back a file outside its work folder: {name!r}")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+
+
+def shipped_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The controller's values of SHIPPED_ENV (sandbox.KEEP less the node's own) that are set."""
+    env = os.environ if environ is None else environ
+    return {k: env[k] for k in SHIPPED_ENV if k in env}
+
+
+def collect(work: Path) -> dict[str, bytes]:
+    """The SENT_BACK files of a child's work folder (regular files only, no links)."""
+    found: dict[str, bytes] = {}
+    for name in SENT_BACK:
+        path = work / name
+        paths = [path] if path.is_file() else sorted(path.rglob("*")) if path.is_dir() else []
+        for p in paths:
+            if p.is_file() and not p.is_symlink():
+                found[p.relative_to(work).as_posix()] = p.read_bytes()
+    return found
+
+
+def judge_on_this_node(job: Job, replay: dict[str, bytes] | None) -> Ran:
+    """The worker's side: run the job's child fresh in the sandbox here, return what it wrote.
+
+    `replay`: the committed kernel's recorded calls (inputs and manifest), for the differential
+    check; written to a folder of their own, read-only to the child like everything outside its work.
+    """
+    from .launch import Launcher
+    from .sandbox import bubblewrap
+
+    jail, why = bubblewrap()
+    if job.plan.jail_required and jail is None:  # an error of this node: the task is tried elsewhere
+        raise RuntimeError(f"node {socket.gethostname()} cannot jail this run's candidates: {why}")
+    base = Path(tempfile.mkdtemp(prefix="kope-node-"))
+    try:
+        work = base / "work"
+        work.mkdir()
+        moves = {job.work: str(work)}
+        if job.shipped:
+            moves[str(job.plan.rootdir)] = os.getcwd()
+        if replay is not None and job.spec.get("replay"):
+            folder = base / "replay"
+            Ran(Finished(0, False, 0.0, ""), replay, (0.0, 0.0)).unpack(folder)
+            moves[str(job.spec["replay"])] = str(folder)
+        spec = moved(job.spec, moves)
+        plan = moved_plan(job.plan, moves)
+        launcher = Launcher(plan)
+        launcher.fresh_processes()
+        own = {k: os.environ[k] for k in job.node_env if k in os.environ}
+        env = {**launcher.child_env(work, None, correctness=not job.timing, cached=False), **job.env, **own}
+        began = time.monotonic()
+        finished = launcher.run_fresh(spec, env, job.key, work, None)
+        ended = time.monotonic()
+        return Ran(finished, collect(work), (began, ended), node=socket.gethostname())
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def moved(value: Any, moves: Mapping[str, str]) -> Any:
+    """`value` with every string path under a key of `moves` moved under its value (JSON-like data)."""
+    if isinstance(value, str):
+        for old, new in moves.items():
+            if value == old or value.startswith(old.rstrip("/") + "/"):
+                return new + value[len(old) :]
+        return value
+    if isinstance(value, Path):
+        return Path(moved(str(value), moves))
+    if isinstance(value, list):
+        return [moved(v, moves) for v in value]
+    if isinstance(value, tuple):
+        return tuple(moved(v, moves) for v in value)
+    if isinstance(value, dict):
+        return {k: moved(v, moves) for k, v in value.items()}
+    return value
+
+
+def moved_plan(plan: Plan, moves: Mapping[str, str]) -> Plan:
+    """The plan's paths (repo root, ini file, test files, toolchain environment) on the worker."""
+    return replace(
+        plan,
+        rootdir=moved(plan.rootdir, moves),
+        inifile=moved(plan.inifile, moves),
+        files=moved(plan.files, moves),
+        toolchain_env=moved(plan.toolchain_env, moves),
+    )
+
+
+def for_worker(plan: Plan) -> Plan:
+    """The plan as a job carries it: without this process's executor, reservation, timing slots and run
+    folder, and without the node's own variables in the toolchain's environment (`node_env`)."""
+    env = {k: v for k, v in plan.toolchain_env.items() if k not in NODE_OWN and k != plan.device_env_var}
+    return replace(plan, executor=None, node=None, timing_slots=None, keep=None, toolchain_env=env)
+
+
+def node_env(plan: Plan) -> tuple[str, ...]:
+    """The toolchain's variables a worker sets from its own environment: its toolkit paths, and the
+    devices Ray assigned it (never the controller's)."""
+    names = [k for k in plan.toolchain_env if k in NODE_OWN]
+    if plan.device_env_var and plan.device_env_var not in names:
+        names.append(plan.device_env_var)
+    return tuple(names)
+
+
+class NodeReservation:
+    """This machine as operators judged concurrently share it: a correctness child holds a share, a
+    timing of a host-timed kernel holds it whole (so two timings, or a timing and a correctness run,
+    never share cores). Waiting timings go first: correctness children arrive all the time."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._shares = 0
+        self._whole = False
+        self._waiting = 0  # timings waiting for the machine
+
+    @contextmanager
+    def share(self) -> Iterator[None]:
+        with self._cond:
+            self._cond.wait_for(lambda: not self._whole and not self._waiting)
+            self._shares += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._shares -= 1
+                self._cond.notify_all()
+
+    @contextmanager
+    def whole(self) -> Iterator[None]:
+        with self._cond:
+            self._waiting += 1
+            self._cond.wait_for(lambda: not self._whole and not self._shares)
+            self._waiting -= 1
+            self._whole = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._whole = False
+                self._cond.notify_all()

@@ -1,0 +1,132 @@
+"""Where judging children run and how many operators run at once (`--kope-executor`,
+`--kope-concurrency`, `--kope-ray-repo`): starting the executor, each operator's own view of the
+session, the shared node and timing slots in its plan, and judgements lost to the machinery.
+
+The executors themselves live in judge/executors.py and judge/ray_executor.py, the operator threads in
+scheduler.py; this module is the session's side of them.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import queue
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ConfigError, KopeError
+from ..judge.executors import NodeReservation
+from ..judge.outcome import Judged
+from ..judge.runner import Plan
+from ..scheduler import OneAtATime
+from ..toolchains import toolchain_of
+from .loop import measure_ceilings
+
+if TYPE_CHECKING:
+    from .session import KopeSession, OperatorRun
+
+
+class Concurrency:
+    """The run's executor, node reservation, shared timing slots and infrastructure faults."""
+
+    def __init__(self, s: KopeSession):
+        self.s = s
+        self.executor: Any = None  # a judge/executors.Executor; None judges on this machine
+        self.node = NodeReservation() if s.settings.concurrency > 1 else None
+        self.timing_slots: dict[tuple[int, ...], queue.Queue[int | None]] = {}
+        self.faults: dict[str, list[str]] = {}  # operator -> judgements lost to the machinery
+        self.agents: list[Any] = []  # each operator's own agent under --kope-concurrency
+
+    @property
+    def many(self) -> bool:
+        """Whether operators run at once (in threads of their own)."""
+        return self.s.settings.concurrency > 1
+
+    def start(self) -> None:
+        """Connect to Ray for `--kope-executor ray`; with operators at once, the graph and the
+        publisher take calls one at a time (the controller stays their only writer)."""
+        from ..judge.ray_executor import make_executor
+
+        s = self.s
+        if self.many:
+            s.graph = OneAtATime(s.graph)  # type: ignore[assignment]
+            s.publisher = OneAtATime(s.publisher)  # type: ignore[assignment]
+        self.executor = make_executor(s.settings.executor, s.home, ship=s.settings.ray_repo == "ship")
+        if self.executor is not None:
+            self.node = None  # the executor reserves nodes and devices (Ray resources)
+            if not s.settings.jobs_given:  # correctness workers: the cluster's cores
+                s.settings = dataclasses.replace(s.settings, jobs=self.executor.cpus())
+            s.say(f"kope: executor {self.executor.describe()}")
+        if self.many:
+            s.say(f"kope: {s.settings.concurrency} operators at once, each with its own budget")
+
+    def view(self) -> KopeSession:
+        """The session as one operator sees it. Under --kope-concurrency: its own agent (an agent's
+        search state is per operator), and the same graph, publisher, clock, terminal and executor."""
+        s = self.s
+        if not self.many:
+            return s
+        view = copy.copy(s)
+        view.agent = s.config.hook.pytest_kope_make_agent(name=s.settings.agent, config=s.config)
+        if hasattr(view.agent, "graph_sink"):
+            view.agent.graph_sink = s.agent.graph_sink
+        self.agents.append(view.agent)
+        return view
+
+    def measure_ceilings_once(self, runs: list[OperatorRun]) -> None:
+        """The machine's ceilings, measured before the operators start at once (never twice at a time)."""
+        if not self.many:
+            return
+        for name in sorted({run.op.toolchain for run in runs}):
+            try:
+                measure_ceilings(self.s, toolchain_of(self.s.config, name))
+            except Exception:  # noqa: BLE001 - the operator that needs it meets the same error and says it
+                pass
+
+    def share(self, plan: Plan) -> None:
+        """Give `plan` the run's executor and node; check the executor can judge it, or, with operators
+        at once on this machine, share one queue of timing devices between them."""
+        plan.executor, plan.node = self.executor, self.node
+        if self.executor is not None:
+            try:
+                self.executor.require(plan)
+            except ConfigError as e:  # this operator cannot be judged there; the others go on
+                raise KopeError(str(e)) from None
+        elif self.many:  # one device (or the CPU) times one operator's candidate at a time
+            with self.s.output:
+                if plan.devices not in self.timing_slots:
+                    slots: queue.Queue[int | None] = queue.Queue()
+                    for device in plan.devices or (None,):
+                        slots.put(device)
+                    self.timing_slots[plan.devices] = slots
+            plan.timing_slots = self.timing_slots[plan.devices]
+
+    def fault(self, operator: str, j: Judged) -> None:
+        """A judgement lost to the machinery: reported, never recorded as the candidate's verdict."""
+        self.faults.setdefault(operator, []).append(f"{j.candidate.short}: {j.fault}")
+        self.s.say(
+            f"kope {operator}: infrastructure fault, {j.candidate.short} not judged: {j.fault}", red=True
+        )
+
+    def close(self, main_agent: Any) -> dict[str, Any]:
+        """Close every agent and the executor; the agents' usage summed."""
+        agents = [main_agent, *self.agents]
+        usage = total_usage(agents)
+        for agent in agents:
+            if hasattr(agent, "close"):
+                agent.close()
+        if self.executor is not None:
+            self.executor.close()
+        return usage
+
+
+def total_usage(agents: list[Any]) -> dict[str, Any]:
+    """The agents' usage summed (one agent per operator under --kope-concurrency): numbers add up,
+    anything else is the first agent's."""
+    total: dict[str, Any] = {}
+    for agent in agents:
+        for key, value in (agent.usage() if hasattr(agent, "usage") else {}).items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and key in total:
+                total[key] += value
+            else:
+                total.setdefault(key, value)
+    return total
