@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..hardware import fingerprint_id
 from .lessons import marks_losing
+from .points import past_points
 from .rows import CORRECT
 from .scope import (
     hardware_label,
@@ -33,7 +34,6 @@ from .scope import (
 if TYPE_CHECKING:
     from .graph import Graph
 
-POINTS = 5000  # past attempts handed to the tuner's model at most (newest first)
 POOL = 200  # lessons ranked in Python at most, from SQL's structure x value order and from FTS
 RELEVANCE_BONUS = 0.5
 LESSON_SHARE = 0.6  # of a token budget, what lessons may take; exemplars get the rest
@@ -184,42 +184,8 @@ def recall(graph: Graph, query: RecallQuery) -> Recall:
         lessons=lessons,
         exemplars=exemplars,
         seed_points=seeds[: max(query.max_items, 1)],
-        points=_points(graph, query, params) if query.points else [],
+        points=past_points(graph, query.operator, query.family, params) if query.points else [],
     )
-
-
-def _points(graph: Graph, query: RecallQuery, params: dict[str, Any]) -> list[dict[str, Any]]:
-    """Past attempts of this toolchain with their params and outcome, each tagged with its source
-    (task) and how it relates to the query ("<operator|family|other>/<hardware|arch|other>"): the data
-    the tuner's effect model learns from, weighing each source by how well it predicts this operator."""
-    rows = graph.rows(
-        "SELECT a.params, a.speedup, a.outcome, a.agent, t.id AS task, t.operator, t.family,"
-        " t.hardware_id, h.arch FROM attempts a JOIN tasks t ON t.id = a.task_id"
-        " LEFT JOIN hardware h ON h.id = t.hardware_id WHERE t.toolchain = :toolchain"
-        f" AND a.outcome NOT IN ('rejected', 'suspect') ORDER BY a.id DESC LIMIT {POINTS}",
-        params,
-    )
-    out = []
-    for r in rows:
-        point = json.loads(r["params"]) if r["params"] else {}
-        if not point:
-            continue
-        relation = (
-            operator_relation(query.operator, query.family, r["operator"], r["family"] or "")
-            + "/"
-            + hardware_relation(params["hardware_id"], params["arch"], r["hardware_id"], r["arch"] or "")
-        )
-        out.append(
-            {
-                "source": f"{r['operator']}#{r['task']}",
-                "relation": relation,
-                "params": point,
-                "speedup": r["speedup"],
-                "correct": r["outcome"] in CORRECT,
-                "outcome": r["outcome"],
-            }
-        )
-    return out
 
 
 def _fit(items: list[Any], cost: Any, budget: int) -> list[Any]:

@@ -26,6 +26,7 @@ from typing import Any, cast
 
 from ...candidate import Candidate
 from ...errors import ConfigError
+from ...forge import redact
 from ...judge.outcome import Judged
 from ...memory.recall import CHARS_PER_TOKEN
 from ..base import Context
@@ -343,9 +344,7 @@ class ClaudeAgent:
         self._usage["faults"].append(self._scrub(f"{op}: {text}")[:600])
 
     def _scrub(self, text: str) -> str:
-        for secret in self._secrets:
-            text = text.replace(secret, "***")
-        return _KEY_LIKE.sub("***", text)
+        return _KEY_LIKE.sub("***", redact(text, *self._secrets))
 
 
 def _token_cap(given: int | str | None) -> int | None:
