@@ -33,7 +33,7 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 
 
 def _option(
-    group: Any, parser: pytest.Parser, name: str, help: str, ini_type: str | None = "string", **kwargs: Any
+    group: Any, parser: pytest.Parser, name: str, help: str, ini_type: Any = "string", **kwargs: Any
 ) -> None:
     """A `--kope-x` option that, where `ini_type` is given, is also the ini option `kope_x`."""
     group.addoption(f"--{name}", dest=name.replace("-", "_"), help=help, **kwargs)

@@ -32,7 +32,8 @@ def host(value: Any) -> np.ndarray | None:
         return value
     if hasattr(value, "detach"):  # torch tensor
         t = value.detach()
-        return t.numpy() if t.device.type == "cpu" else t.cpu().numpy()
+        out: np.ndarray = t.numpy() if t.device.type == "cpu" else t.cpu().numpy()
+        return out
     return None
 
 
@@ -87,7 +88,7 @@ def unwritten(value: Any) -> int:
 def digest(value: Any) -> int:
     """A checksum of an array's bytes, to see whether it changed."""
     h = host(value)
-    return zlib.crc32(np.ascontiguousarray(h).view(np.uint8)) if h is not None else 0
+    return zlib.crc32(np.ascontiguousarray(h).view(np.uint8).data) if h is not None else 0
 
 
 def mismatch(got: np.ndarray, want: np.ndarray, rtol: float = DEFAULT_RTOL) -> str:
@@ -143,8 +144,10 @@ def _all_finite_mismatch(got: np.ndarray, want: np.ndarray, rtol: float) -> str 
 def scaled(value: np.ndarray, factor: float, offset: float = 0.0) -> np.ndarray:
     """A floating array times `factor` plus `offset` in its own dtype; other dtypes unchanged."""
     if value.dtype.kind != "f":
-        return value.copy()
-    return (value.astype(np.float64) * factor + offset).astype(value.dtype)
+        same: np.ndarray = value.copy()
+        return same
+    out: np.ndarray = (value.astype(np.float64) * factor + offset).astype(value.dtype)
+    return out
 
 
 def kind(value: Any) -> str:

@@ -11,7 +11,7 @@ import math
 import os
 import re
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 SYSFS_CPU = Path("/sys/devices/system/cpu")
@@ -98,7 +98,7 @@ def cache_sizes(
     """Per-instance data/unified cache sizes in bytes ({"L1d", "L2", "L3"} as present), from the first
     source that names a level-2 or larger cache: sysfs under `root`, then `lscpu` output (None: run
     it here; "": none), then sysconf values (None: this process's), then FALLBACK_CACHES."""
-    sources = (
+    sources: tuple[Callable[[], dict[str, int]], ...] = (
         lambda: parse_sysfs(root),
         lambda: parse_lscpu(_run_lscpu() if lscpu is None else lscpu),
         lambda: parse_sysconf(_sysconf() if sysconf is None else sysconf),

@@ -172,6 +172,7 @@ class Child:
         self.out.close()
 
     def _replay(self) -> None:
+        assert self.replay is not None  # called only with a recording to replay
         from .building import build_cached
         from .differential import replay
 

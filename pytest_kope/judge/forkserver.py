@@ -101,7 +101,11 @@ class Server:
             self._child(session, request)  # never returns
         code, timed_out = _wait(pid, float(request["limits"]["wall_s"]))
         strays = _kill_strays() if self.jailed else 0
-        reply = {"returncode": code, "timed_out": timed_out, "wall_s": time.monotonic() - started}
+        reply: dict[str, Any] = {
+            "returncode": code,
+            "timed_out": timed_out,
+            "wall_s": time.monotonic() - started,
+        }
         if expected is not None:  # checked here, with nothing of the build step left alive
             tc, key = expected
             folder = Path(request["work"]) / "builds" / key
@@ -195,7 +199,7 @@ def build(session: pytest.Session, request: dict[str, Any]) -> int:
     key = bytes.fromhex(request["key"])
     with open(spec["results"], "a") as out:
         try:
-            tc = toolchain_of(session.config, candidate.toolchain)
+            tc: Any = toolchain_of(session.config, candidate.toolchain)  # one that builds ahead (c.py)
             interface = interface_of(op, candidate)
             _, log = tc.compile(candidate, interface, Path.cwd() / "builds")
             event = {"event": "built", "candidate": candidate.hash, "log": log[-4000:]}
@@ -216,7 +220,7 @@ def _build_key(session: pytest.Session, request: dict[str, Any]) -> tuple[Any, s
     spec = request["spec"]
     op, candidate = Operator.from_json(spec["operator"]), Candidate.from_json(spec["candidate"])
     try:
-        tc = toolchain_of(session.config, candidate.toolchain)
+        tc: Any = toolchain_of(session.config, candidate.toolchain)  # one that builds ahead (c.py)
         return tc, tc.build_key(candidate, interface_of(op, candidate))
     except KopeError:
         return None

@@ -66,7 +66,7 @@ class PoisonOutputs:
         for _, arg, value in call.arrays:
             if arg.role != IN and (missing := arrays.unwritten(value)):
                 out.append(
-                    f"left {missing} of {np.size(arrays.host(value))} elements of output {arg.name!r} unwritten"
+                    f"left {missing} of {getattr(arrays.host(value), 'size', 0)} elements of output {arg.name!r} unwritten"
                 )
         return out
 

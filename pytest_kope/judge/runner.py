@@ -156,8 +156,8 @@ class Judge:
         failure is one the committed kernel shares, the candidate is judged as if those tests had passed,
         and the report names the tests to fix and the seeds that show it.
         """
-        failing = sorted(set(judged.failed_runs))
-        if not _only_seeded(judged) or len(failing) > 4:
+        failing = sorted((test, seed) for test, seed in set(judged.failed_runs) if seed is not None)
+        if self.committed is None or not _only_seeded(judged) or len(failing) > 4:
             return  # a failure without fresh inputs, or many: not a flaky tolerance
         flaky = []
         for test, seed in failing:
@@ -210,13 +210,14 @@ class Judge:
         replay: bool = True,
     ) -> Judged:
         replay_from = self.recorded if reference is None and record is None and replay else None
+        compare = None
+        if replay_from is not None:
+            recorded = replay_from
 
-        def compare(events: list[dict[str, Any]], outputs: Path) -> list[str]:
-            return self._compare(events, replay_from, outputs)
+            def compare(events: list[dict[str, Any]], outputs: Path) -> list[str]:
+                return self._compare(events, recorded, outputs)
 
-        return self.launcher.judge(
-            candidate, tests, seeds, reference, device, record, replay_from, compare if replay_from else None
-        )
+        return self.launcher.judge(candidate, tests, seeds, reference, device, record, replay_from, compare)
 
     @property
     def rtol(self) -> float:

@@ -89,7 +89,7 @@ class TritonToolchain(ToolchainBase):
         return int(self._devices().get("count", 0)) if self.mode() == "cuda" else 0
 
     def fingerprint(self) -> dict[str, Any]:
-        found = self._devices() if not self._missing() else {"ok": False}
+        found: dict[str, Any] = self._devices() if not self._missing() else {"ok": False}
         fp: dict[str, Any] = {
             **cpu_fingerprint(),
             "toolchain": self.name,
