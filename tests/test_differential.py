@@ -252,3 +252,50 @@ def test_a_flaky_test_is_the_tests_fault_not_the_candidates(tmp_path):
         "flaky test: test_softmax.py::test_too_tight_for_some_inputs fails the committed kernel too with "
         "--kope-seed 1013; fix its tolerance"
     ]
+
+
+def _scale_functions(late: bool, threads: list):
+    """A `scale` kernel in Python; `late`: right when it returns, then a thread (which holds the
+    buffers, so they outlive it) adds 1 to the output 0.2 ms later."""
+    import threading
+    import time
+
+    import numpy as np
+
+    from pytest_kope.judge.guards import GuardedFunction, replay_guards
+    from pytest_kope.toolchains.base import Arg, KernelFunction
+
+    def raw(x, y, n):
+        np.multiply(x, 2, out=y)
+        if late:
+            threads.append(threading.Thread(target=lambda: (time.sleep(2e-4), np.add(y, 1, out=y))))
+            threads[-1].start()
+
+    fn = KernelFunction("scale", raw, (Arg("x", "in"), Arg("y", "out"), Arg("n", "scalar")))
+    return GuardedFunction(fn), {"scale": GuardedFunction(fn, replay_guards())}
+
+
+def test_the_replay_checks_settling_once_for_all_its_calls(tmp_path):
+    """The replay waits once for all its calls, not once a call: an output a thread still rewrites
+    after the call returned is named, and an honest candidate's outputs are all written."""
+    import numpy as np
+
+    from pytest_kope.judge import differential, guards
+
+    threads: list = []
+    honest, honest_replay = _scale_functions(False, threads)
+    _, late_replay = _scale_functions(True, threads)
+    recorder = guards.RECORDER = differential.Recorder()
+    try:
+        for n in (7, 1000):
+            honest(np.arange(n, dtype=np.float32), np.empty(n, dtype=np.float32), n)
+    finally:
+        guards.RECORDER = None
+    assert recorder.write(tmp_path / "recorded") == 2 * len(differential.TRANSFORMS)
+    assert differential.replay(tmp_path / "recorded", honest_replay, tmp_path / "honest") == []
+    runs = len(differential.TRANSFORMS) - 1 + differential.RACE_REPEATS
+    assert len(list((tmp_path / "honest").glob("*.npz"))) == 2 * runs
+    problems = differential.replay(tmp_path / "recorded", late_replay, tmp_path / "late")
+    for t in threads:
+        t.join()
+    assert problems and "changed after the call returned" in problems[0], problems

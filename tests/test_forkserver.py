@@ -290,3 +290,25 @@ def test_slow_kernels_timed_outputs_are_checked_inside_the_rounds():
         assert bool(paired.mismatch) == wrong, paired.mismatch
     assert "timed buffer copy" in paired.mismatch
     assert len(honest_calls) == 1 + 8  # the warm-up, then one call a round: no check calls after
+
+
+def test_timed_outputs_of_in_place_kernels_are_checked_from_the_same_inputs():
+    """The timed-output check runs the reference into scratch buffers; an in-place argument's
+    scratch starts from the copy's own contents, so an honest in-place kernel agrees and a wrong one
+    is named."""
+    import time
+
+    acc = np.random.default_rng(2).standard_normal(4096).astype(np.float32)
+    budget = timing.Budget(min_rounds=6, max_rounds=6, max_time_s=30.0)
+
+    def reference(a):  # idempotent: the rounds call it many times on one block's inputs
+        np.abs(a, out=a)
+
+    for candidate, wrong in (
+        (lambda a: np.sqrt(np.multiply(a, a, out=a), out=a), False),
+        (lambda a: np.negative(np.abs(a, out=a), out=a), True),
+    ):
+        paired = timing.measure_paired(
+            reference, candidate, (acc.copy(),), time.perf_counter, lambda: None, budget, ["inout"]
+        )
+        assert bool(paired.mismatch) == wrong, paired.mismatch

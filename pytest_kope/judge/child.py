@@ -178,7 +178,7 @@ class Child:
 
         self.emit(event="start", test="differential check")
         try:
-            kernel = GuardedKernel(build_cached(self.config, self.op, self.candidate))
+            kernel = GuardedKernel(build_cached(self.config, self.op, self.candidate), guards.replay_guards())
         except BaseException as e:  # noqa: BLE001 - a failed build is reported by its own event
             self.emit(event="replayed", problems=[f"could not load the candidate: {e}"][:1])
             return

@@ -31,6 +31,7 @@ import numpy as np
 
 from ..toolchains.base import IN, OUT, SCALAR, KernelFunction
 from . import arrays
+from .guards import Call, SettleLater
 
 # (name, factor, offset in units of the input's largest magnitude)
 TRANSFORMS = (
@@ -43,6 +44,7 @@ RACE_REPEATS = 3  # replays of the untransformed calls
 MAX_CALL_BYTES = 16 << 20
 MAX_TOTAL_BYTES = 96 << 20
 MAX_CALLS = 64
+SETTLE_BATCH_BYTES = 64 << 20  # replay buffers held for one settle check before they are written
 
 
 @dataclass
@@ -146,6 +148,8 @@ def replay(folder: Path, functions: Mapping[str, Any], results: Path) -> list[st
 
 def _replay(folder: Path, functions: Mapping[str, Any], results: Path) -> list[str]:
     problems: list[str] = []
+    pending: list[tuple[dict[str, Any], list[tuple], list[int]]] = []
+    settle, held = SettleLater(), 0
     for entry in json.loads((folder / "manifest.json").read_text()):
         fn = functions.get(entry["function"])
         if fn is None:
@@ -161,12 +165,30 @@ def _replay(folder: Path, functions: Mapping[str, Any], results: Path) -> list[s
         if errors:
             problems.append(f"{_where(entry)}: {errors[0]}")
             continue
+        for values in sets:
+            settle.add(Call(fn.function, values))
+        pending.append((entry, sets, written))
+        held += sum(int(getattr(v, "nbytes", 0)) for values in sets for v in values)
+        if held >= SETTLE_BATCH_BYTES:
+            problems += _settled(settle, pending, results)
+            pending, held = [], 0
+    return problems + _settled(settle, pending, results)
+
+
+def _settled(
+    settle: SettleLater, pending: list[tuple[dict[str, Any], list[tuple], list[int]]], results: Path
+) -> list[str]:
+    """Check that the pending calls' outputs stayed put (one wait for all), then write them."""
+    changed = settle.check()
+    if changed:
+        return [f"differential check: {changed[0]}"]
+    for entry, sets, written in pending:
         for rep, values in enumerate(sets):
             np.savez(
                 results / f"{entry['key']}-{rep}.npz",
                 **{f"a{i}": arrays.host_copy(values[i]) for i in written},
             )
-    return problems
+    return []
 
 
 def _call_all(fn: Any, sets: list[tuple]) -> list[str]:
