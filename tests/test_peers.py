@@ -23,7 +23,7 @@ from pytest_kope.spec import bake_defaults
 
 ROOT = Path(__file__).resolve().parent.parent
 ROWSUM = ROOT / "sample_ops" / "rowsum" / "rowsum.c"
-FAST_ROWSUM = {"VEC": 16, "ROWS": 1, "THREADS": 2, "flags": "-O3 -march=native"}
+FAST_ROWSUM = {"VEC": 16, "ACC": 1, "ROWS": 1, "THREADS": 2, "flags": "-O3 -march=native"}
 torch = import_torch()
 needs_torch = pytest.mark.skipif(torch is None, reason="torch is not installed")
 
@@ -58,6 +58,40 @@ def test_compare_times_kernels_next_to_peers_and_the_measured_roof(tmp_path: Pat
     assert result.get(result.best_peer).vs_best_peer == 1.0
     assert Comparison.from_json(json.loads(json.dumps(result.to_json()))) == result
     assert "rowsum" in table([result]) and "(best peer)" in table([result])
+
+
+def test_the_avx2_isa_builds_kernels_and_the_roof_without_avx512_code(tmp_path: Path) -> None:
+    """--isa avx2 adds -mno-avx512f after a point's -march=native: objdump finds no zmm or mask register
+    in the winner or the roof probe (and does find them in the native build on an AVX-512 machine)."""
+    from pytest_kope.peers import isa, measure, wide_code
+    from pytest_kope.spec import FLAGS
+
+    avx2 = isa("avx2")
+    assert avx2.cflags == ("-mno-avx512f",) and avx2.env["ATEN_CPU_CAPABILITY"] == "avx2"
+    point = {**FAST_ROWSUM, "ACC": 2}  # the vector-extension path, one row per sweep
+    text = bake_defaults(ROWSUM.read_text(), point)
+    kernel, params = measure.build(text, ROWSUM.name, ROWSUM.parent, tmp_path, avx2)
+    assert params[FLAGS] == "-O3 -march=native"  # the point's own flags are what is reported
+    assert wide_code(kernel.extra["library"], avx2) == []
+    roof, _ = measure.build(measure.ROOF_C.read_text(), "roof.c", measure.ROOF_C.parent, tmp_path, avx2)
+    assert wide_code(roof.extra["library"], avx2) == []
+    native, _ = measure.build(text, ROWSUM.name, ROWSUM.parent, tmp_path)
+    if "avx512f" in Path("/proc/cpuinfo").read_text():
+        assert any("zmm" in line for line in wide_code(native.extra["library"], avx2))
+
+
+def test_the_isa_settings_never_override_the_users_environment() -> None:
+    from pytest_kope.peers import isa, missing_env
+
+    avx2 = isa("avx2")
+    assert missing_env(avx2, {"ATEN_CPU_CAPABILITY": "avx2"}) == {
+        k: v for k, v in avx2.env.items() if k != "ATEN_CPU_CAPABILITY"
+    }
+    with pytest.raises(ValueError, match="ATEN_CPU_CAPABILITY='default'"):
+        missing_env(avx2, {"ATEN_CPU_CAPABILITY": "default"})
+    assert missing_env(isa("native"), {}) == {}
+    with pytest.raises(ValueError, match="unknown ISA"):
+        isa("avx512")
 
 
 def test_a_kernel_with_a_wrong_output_is_timed_but_flagged(tmp_path: Path) -> None:

@@ -17,23 +17,30 @@ from typing import Any
 from tabulate import tabulate
 
 from .cases import CASES, Case, Problem
+from .isa import ISAS, Isa, isa, missing_env, peer_report, wide_code
 from .measure import KERNEL, PEER, Comparison, Timed, compare, use_threads
 
 __all__ = [
     "CASES",
+    "ISAS",
     "KERNEL",
     "PEER",
     "Case",
     "Comparison",
+    "Isa",
     "Problem",
     "Timed",
     "compare",
     "default_threads",
     "headline",
     "import_torch",
+    "isa",
+    "missing_env",
+    "peer_report",
     "table",
     "use_threads",
     "versions",
+    "wide_code",
 ]
 
 
@@ -75,7 +82,8 @@ def _ms(t: Timed) -> str:
 
 
 def table(results: list[Comparison]) -> str:
-    """One row per contender: time, speed relative to the operator's best peer, fraction of the roof."""
+    """One row per contender: time, speed relative to the operator's best peer, fraction of the roof;
+    the header names the instruction set measured at (native, or avx2 on an AVX-512 machine)."""
     rows = []
     for r in results:
         unit = "GFLOP/s" if r.roof == "fma" else "GB/s"
@@ -90,7 +98,9 @@ def table(results: list[Comparison]) -> str:
                     f"{t.roof_fraction:.2f} of {r.roof} {r.roof_value:.0f} {unit}",
                 )
             )
-    headers = ["operator", "contender", "ms per call [95%]", "speed vs best peer [95%]", "roofline"]
+    isas = ", ".join(sorted({r.isa for r in results}))
+    operator = f"operator ({isas} ISA)" if isas else "operator"
+    headers = [operator, "contender", "ms per call [95%]", "speed vs best peer [95%]", "roofline"]
     return tabulate(rows, headers=headers)
 
 

@@ -12,7 +12,8 @@ per-round ratios (best peer's time / its time, same round) with its interval.
 
 The roof is this machine's, measured in the same rounds on buffers allocated the same way (numpy's,
 huge pages where the system gives them), at the same thread count, by `roof.c` built with the
-project's C toolchain at -march=native: STREAM-style copy (libc memcpy per thread, which picks
+project's C toolchain at -march=native (plus the ISA's flags, as the kernels: `isa_name="avx2"` adds
+-mno-avx512f to both and checks each library holds no AVX-512 instruction): STREAM-style copy (libc memcpy per thread, which picks
 non-temporal stores for large copies) and read (8 vector accumulators per thread) over the problem's
 working set, and the FMA peak (independent chains of vector FMAs in GCC vector extensions). Its median
 over the rounds is the roof; each contender's fraction of it is bytes moved / its median time /
@@ -23,8 +24,6 @@ FLOPs / time / FMA peak. A kernel with non-temporal stores can pass 1 on a copy 
 from __future__ import annotations
 
 import ctypes
-import glob
-import os
 import statistics
 import time
 import warnings
@@ -37,10 +36,11 @@ import numpy as np
 
 from ..candidate import Candidate
 from ..judge.stats import PairedRatio, median_ci
-from ..spec import parse_spec
+from ..spec import FLAGS, parse_spec
 from ..toolchains.base import Kernel
 from ..toolchains.c import CToolchain
 from .cases import Call, Case, Problem
+from .isa import Isa, isa, loaded_openblas, wide_code
 
 KERNEL, PEER = "kernel", "peer"
 ROOF = "roof"
@@ -79,6 +79,7 @@ class Comparison:
     best_peer: str | None
     compile_s: float  # torch.compile's compile time (first calls), not timed
     seconds: float  # wall time of this operator's comparison
+    isa: str = "native"  # the instruction set kernels were built for and peers ran at (peers/isa.py)
 
     def get(self, label: str) -> Timed | None:
         return next((t for t in self.timed if t.label == label), None)
@@ -99,7 +100,7 @@ def use_threads(threads: int, torch: Any) -> list[str]:
     if torch is not None:
         torch.set_num_threads(threads)
         done.append(f"torch.set_num_threads({threads})")
-    for lib in _loaded_openblas():
+    for lib in loaded_openblas():
         for name in ("openblas_set_num_threads", "scipy_openblas_set_num_threads64_"):
             fn = getattr(lib, name, None)
             if fn is not None:
@@ -109,30 +110,24 @@ def use_threads(threads: int, torch: Any) -> list[str]:
     return done
 
 
-def _loaded_openblas() -> list[ctypes.CDLL]:
-    import numpy  # noqa: F401 - its BLAS is what is looked for
-
-    try:
-        maps = Path("/proc/self/maps").read_text()
-    except OSError:
-        maps = ""
-    paths = {line.split()[-1] for line in maps.splitlines() if "openblas" in line.lower() and "/" in line}
-    paths |= set(glob.glob(os.path.join(os.path.dirname(np.__file__), "..", "numpy.libs", "*openblas*")))
-    libs = []
-    for p in sorted({os.path.realpath(p) for p in paths}):
-        try:
-            libs.append(ctypes.CDLL(p))
-        except OSError:
-            continue
-    return libs
-
-
-def build(source: str, filename: str, folder: Path, build_dir: Path) -> tuple[Kernel, dict[str, Any]]:
-    """The kernel of `source` at its declared defaults, built by the project's C toolchain."""
+def build(
+    source: str, filename: str, folder: Path, build_dir: Path, at: Isa | None = None
+) -> tuple[Kernel, dict[str, Any]]:
+    """The kernel of `source` at its declared defaults, built by the project's C toolchain; with `at`,
+    its flags follow the point's own (so they win over -march=native) and the library is checked to
+    hold none of the instructions `at` forbids. The params returned are the point's own."""
     spec = parse_spec(source, filename)
     params = spec.space.defaults
-    candidate = Candidate(source=source, filename=filename, toolchain="c", params=params, idea="peers")
-    return CToolchain().build(candidate, replace(spec, include_dirs=(str(folder),)), build_dir), params
+    built = params
+    if at is not None and at.cflags:
+        built = {**params, FLAGS: " ".join([str(params.get(FLAGS, "-O2")), *at.cflags])}
+    candidate = Candidate(source=source, filename=filename, toolchain="c", params=built, idea="peers")
+    kernel = CToolchain().build(candidate, replace(spec, include_dirs=(str(folder),)), build_dir)
+    if at is not None:
+        wide = wide_code(kernel.extra["library"], at)
+        if wide:
+            raise RuntimeError(f"{filename} built for {at.name} still has {at.forbidden} code: {wide}")
+    return kernel, params
 
 
 ROOF_C = Path(__file__).with_name("roof.c")
@@ -140,9 +135,11 @@ FLOPS_AT = 1024  # roof.c: out[FLOPS_AT + thread] is the FLOPs per rep that thre
 FMA_REPS = 1_000_000
 
 
-def roof_call(problem: Problem, build_dir: Path, threads: int) -> tuple[Call, Callable[[float], float]]:
+def roof_call(
+    problem: Problem, build_dir: Path, threads: int, at: Isa | None = None
+) -> tuple[Call, Callable[[float], float]]:
     """A call of the roof probe for this problem, and the rate (GB/s or GFLOP/s) of a call that took t s."""
-    kernel, _ = build(ROOF_C.read_text(), ROOF_C.name, ROOF_C.parent, build_dir)
+    kernel, _ = build(ROOF_C.read_text(), ROOF_C.name, ROOF_C.parent, build_dir, at)
     fns = {name: f.raw for name, f in kernel.functions.items()}
     if problem.roof == "fma":
         out = np.zeros(2 * FLOPS_AT, dtype=np.float32)
@@ -203,14 +200,19 @@ def compare(
     seed: int = 0,
     log: Callable[[str], None] = lambda _: None,
     compiled: bool = True,
+    isa_name: str = "native",
 ) -> Comparison:
     """Time `kernels` ((label, source text, file name, folder), the first is the reference output)
     against the case's peers on shared buffers; see the module doc. `compiled=False` leaves out the
-    torch.compile peers (their first compile takes 10-60 s)."""
+    torch.compile peers (their first compile takes 10-60 s). `isa_name` builds the kernels and the roof
+    probe for that instruction set (peers/isa.py); the peers' own settings are the caller's to make
+    before torch and numpy load."""
+    at = isa(isa_name)
     # torch imports parts of itself lazily on first use, some with deprecation warnings of its own
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
-        return _compare(case, kernels, build_dir, threads, rounds, block_s, torch, seed, log, compiled)
+        result = _compare(case, kernels, build_dir, threads, rounds, block_s, torch, seed, log, compiled, at)
+    return replace(result, isa=at.name)
 
 
 def _ready(
@@ -243,6 +245,7 @@ def _compare(
     seed: int,
     log: Callable[[str], None],
     compiled: bool,
+    at: Isa,
 ) -> Comparison:
     start = time.monotonic()
     problem = case.make(np.random.default_rng(seed), torch)
@@ -250,7 +253,7 @@ def _compare(
     kinds: dict[str, str] = {}
     params: dict[str, dict[str, Any]] = {}
     for label, text, filename, folder in kernels:
-        kernel, params[label] = build(text, filename, folder, build_dir)
+        kernel, params[label] = build(text, filename, folder, build_dir, at)
         if not case.matches(tuple(parse_spec(text, filename).kernels)):
             raise ValueError(f"{label}: {filename} does not declare {case.name}'s prototype {case.prototype}")
         calls[label], kinds[label] = _bound(kernel.functions[case.name].raw, problem.args), KERNEL
@@ -258,7 +261,7 @@ def _compare(
         calls[label], kinds[label] = fn, PEER
     errors, compile_s = _ready(case, problem, calls, log)
     correct = {label: errors[label] <= case.rtol for label in calls}
-    probe, rate_of = roof_call(problem, build_dir, threads)
+    probe, rate_of = roof_call(problem, build_dir, threads, at)
     times = interleave({**calls, ROOF: probe}, rounds, block_s)
     peak = rate_of(statistics.median(times.pop(ROOF)))
     medians = {label: statistics.median(ts) for label, ts in times.items()}
