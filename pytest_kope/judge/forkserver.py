@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ctypes
 import faulthandler
+import gc
 import json
 import os
 import select
@@ -95,6 +96,9 @@ class Server:
         expected = _build_key(session, request) if request["op"] == "build" else None
         sys.stdout.flush()
         sys.stderr.flush()
+        # Everything alive now is frozen out of the collector: a collection in the child would
+        # otherwise write to every object's header and copy every page of the server's heap.
+        gc.freeze()
         started = time.monotonic()
         pid = os.fork()
         if pid == 0:
