@@ -18,6 +18,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,7 @@ from . import sandbox
 from .buildcache import BuildCache
 from .outcome import Judged, Outcome
 from .protocol import read_events
-from .servers import Pool, ServerDied
+from .servers import ForkServer, Pool, ServerDied
 from .verdict import interpret, phases
 
 # Toolchains whose tests a fork carries: Triton and torch set up threads and device state (CUDA, NPU)
@@ -35,6 +36,22 @@ from .verdict import interpret, phases
 FORK_SAFE = frozenset({"c"})
 
 Compare = Callable[[list[dict[str, Any]], Path], list[str]]  # (events, replayed outputs) -> findings
+
+
+@dataclass(frozen=True)
+class Request:
+    """One judgement: the candidate and the tests it runs; timed against `reference` when given; the
+    committed kernel's calls recorded into `record`, or recorded calls replayed from `replay_from`
+    and their outputs checked by `compare`."""
+
+    candidate: Candidate
+    tests: list[str]
+    seeds: list[int] = field(default_factory=list)
+    reference: Candidate | None = None
+    device: int | None = None
+    record: Path | None = None
+    replay_from: Path | None = None
+    compare: Compare | None = None
 
 
 class Launcher:
@@ -53,7 +70,7 @@ class Launcher:
         """From now on every child starts fresh and builds privately (the verification of a winner)."""
         self.fresh = True
 
-    def _server(self, seeds: list[int]):
+    def _server(self, seeds: list[int]) -> ForkServer | None:
         if self.fresh:
             return None
         if self.pool is None:
@@ -67,22 +84,12 @@ class Launcher:
             self.notes.append(f"fork servers off, judging in fresh processes: {self.pool.broken[:2000]}")
         return server
 
-    def judge(
-        self,
-        candidate: Candidate,
-        tests: list[str],
-        seeds: list[int],
-        reference: Candidate | None,
-        device: int | None,
-        record: Path | None,
-        replay_from: Path | None,
-        compare: Compare | None,
-    ) -> Judged:
-        args = (candidate, tests, seeds, reference, device, record, replay_from, compare)
+    def judge(self, request: Request) -> Judged:
+        """Judge in a child: on another executor (Ray) when the plan has one, else on this machine."""
         if self.remote is not None:  # another executor (Ray) runs the child, and reserves its node
-            return self._elsewhere(candidate, tests, seeds, reference, record, replay_from, compare)
-        with self._reserved(reference is not None):
-            return self._here(args)
+            return self._elsewhere(request)
+        with self._reserved(request.reference is not None):
+            return self._here(request)
 
     def _reserved(self, timing: bool) -> AbstractContextManager[object]:
         """The node held whole while a host-timed kernel is timed (operators judged concurrently
@@ -90,113 +97,87 @@ class Launcher:
         node = self.plan.node
         if node is None or self.plan.limits.device:
             return nullcontext()
-        return node.whole() if timing else node.share()
+        held: AbstractContextManager[object] = node.whole() if timing else node.share()
+        return held
 
-    def _here(self, args: tuple[Any, ...]) -> Judged:
-        """Judge in a child on this machine (`judge`'s arguments): forked from a warm server, or fresh."""
-        candidate, seeds, reference = args[0], args[2], args[3]
-        server = self._server(seeds)
+    def _here(self, request: Request) -> Judged:
+        """Judge in a child on this machine: forked from a warm server, or fresh."""
+        server = self._server(request.seeds)
         if server is None:
-            return self._run(None, *args)
+            return self._run(None, request)
         try:
-            built = self._build(server, candidate)
+            built = self._build(server, request.candidate)
             if isinstance(built, Judged):
                 return built
-            if reference is not None:
-                self._build(server, reference)
-            judged = self._run(server, *args)
+            if request.reference is not None:
+                self._build(server, request.reference)
+            judged = self._run(server, request)
             judged.phases["build"] = judged.phases.get("build", 0.0) + built
             judged.seconds += built
             return judged
         except ServerDied as e:  # it died or hung under this candidate: judged afresh, nothing lost
-            self.notes.append(f"{e}; judged {candidate.short} in a fresh process")
-            return self._run(None, *args)
+            self.notes.append(f"{e}; judged {request.candidate.short} in a fresh process")
+            return self._run(None, request)
         finally:
+            assert self.pool is not None  # a server came from it
             self.pool.release(server)
 
-    def _run(
-        self,
-        server: Any,
-        candidate: Candidate,
-        tests: list[str],
-        seeds: list[int],
-        reference: Candidate | None,
-        device: int | None,
-        record: Path | None,
-        replay_from: Path | None,
-        compare: Compare | None,
-    ) -> Judged:
-        plan = self.plan
+    def _run(self, server: ForkServer | None, request: Request) -> Judged:
+        plan, record = self.plan, request.record
         work = server.work() if server else Path(tempfile.mkdtemp(prefix=f"kope-{plan.operator.name}-"))
         try:
             key = secrets.token_bytes(32)
             into = (work / "recorded" if server else record) if record else None
-            spec = self._spec(candidate, reference, tests, seeds, work, into, replay_from)
-            env = self.child_env(work, device, correctness=reference is None, cached=server is not None)
+            spec = self._spec(request, work, into)
+            timing = request.reference is not None
+            env = self.child_env(work, request.device, correctness=not timing, cached=server is not None)
             began = time.monotonic()
             if server is not None:
                 finished, _ = server.run("judge", work, spec, env, key)
             else:
                 finished = self.run_fresh(spec, env, key, work, record)
             ended = time.monotonic()
-            judged = self._read(candidate, tests, reference, finished, work, key, (began, ended), compare)
+            judged = self._read(request, finished, work, key, (began, ended))
             if server is not None and record is not None:
                 _take(work / "recorded", record)
-            self._keep(candidate, work, "perf.log" if reference else "correctness.log")
+            self._keep(request.candidate, work, "perf.log" if timing else "correctness.log")
             return judged
         finally:
             shutil.rmtree(work, ignore_errors=True)
 
-    def _elsewhere(
-        self,
-        candidate: Candidate,
-        tests: list[str],
-        seeds: list[int],
-        reference: Candidate | None,
-        record: Path | None,
-        replay_from: Path | None,
-        compare: Compare | None,
-    ) -> Judged:
+    def _elsewhere(self, request: Request) -> Judged:
         """Judge through another executor: the same fresh child runs on a worker node, which sends
         back what it wrote (`Ran`); the verdict is read and decided here, as for a local child."""
         work = Path(tempfile.mkdtemp(prefix=f"kope-{self.plan.operator.name}-"))
         try:
             key = secrets.token_bytes(32)
-            into = work / "recorded" if record else None
-            spec = self._spec(candidate, reference, tests, seeds, work, into, replay_from)
+            timing = request.reference is not None
+            spec = self._spec(request, work, work / "recorded" if request.record else None)
             sent = time.monotonic()
-            ran = self.remote.judge(self.plan, spec, key, work, timing=reference is not None)
+            ran = self.remote.judge(self.plan, spec, key, work, timing=timing)
             took = time.monotonic() - sent
             ran.unpack(work)
-            judged = self._read(candidate, tests, reference, ran.finished, work, key, ran.clock, compare)
+            judged = self._read(request, ran.finished, work, key, ran.clock)
             judged.phases["executor"] = max(0.0, took - ran.finished.wall_s)  # what the executor added
-            self.notes += [f"{note} ({candidate.short})" for note in ran.notes]  # not the candidate's
-            if record is not None:
-                _take(work / "recorded", record)
-            self._keep(candidate, work, "perf.log" if reference else "correctness.log")
+            self.notes += [f"{note} ({request.candidate.short})" for note in ran.notes]  # not the candidate's
+            if request.record is not None:
+                _take(work / "recorded", request.record)
+            self._keep(request.candidate, work, "perf.log" if timing else "correctness.log")
             return judged
         finally:
             shutil.rmtree(work, ignore_errors=True)
 
     def _read(
-        self,
-        candidate: Candidate,
-        tests: list[str],
-        reference: Candidate | None,
-        finished: sandbox.Finished,
-        work: Path,
-        key: bytes,
-        clock: tuple[float, float],
-        compare: Compare | None,
+        self, request: Request, finished: sandbox.Finished, work: Path, key: bytes, clock: tuple[float, float]
     ) -> Judged:
         """The verdict from what a child left in `work`: its signed events, its end, its replayed
         outputs; `clock` is when it began and ended on the clock its events use (its node's)."""
         events, forged = read_events(work / "results.jsonl", key)
-        judged = interpret(candidate, finished, events, tests)
-        judged.phases = phases(events, clock[0], clock[1], timing=reference is not None)
-        if compare is not None and judged.outcome in (Outcome.OK, Outcome.INCORRECT):
+        judged = interpret(request.candidate, finished, events, request.tests)
+        judged.phases = phases(events, clock[0], clock[1], timing=request.reference is not None)
+        if request.compare is not None and judged.outcome in (Outcome.OK, Outcome.INCORRECT):
             compared = time.monotonic()
-            judged.differential = compare(events, work / "replayed")
+            judged.differential = request.compare(events, work / "replayed")
             judged.phases["compare"] = time.monotonic() - compared
         if forged:
             judged.notes.append(f"dropped {forged} unsigned line(s) in the child's results (forged)")
@@ -205,23 +186,14 @@ class Launcher:
                 judged.failures.insert(0, f"forged {forged} result line(s) the judge did not sign")
         return judged
 
-    def _spec(
-        self,
-        candidate: Candidate,
-        reference: Candidate | None,
-        tests: list[str],
-        seeds: list[int],
-        work: Path,
-        record: Path | None,
-        replay_from: Path | None,
-    ) -> dict[str, Any]:
+    def _spec(self, request: Request, work: Path, record: Path | None) -> dict[str, Any]:
         from .arrays import DEFAULT_RTOL
 
-        plan = self.plan
+        plan, reference, seeds, replay_from = self.plan, request.reference, request.seeds, request.replay_from
         return {
-            "candidate": candidate.to_json(),
+            "candidate": request.candidate.to_json(),
             "reference": reference.to_json() if reference else None,
-            "tests": tests,
+            "tests": request.tests,
             "seeds": seeds,
             "seed": seeds[0] if seeds else 1,
             "results": str(work / "results.jsonl"),
@@ -275,10 +247,11 @@ class Launcher:
         finally:
             os.close(key_r)
 
-    def _build(self, server: Any, candidate: Candidate) -> Judged | float:
+    def _build(self, server: ForkServer, candidate: Candidate) -> Judged | float:
         """Build `candidate` into the cache once (a build step); its failure as a verdict, else the
         seconds this call spent building (0 when it was built before)."""
         cache = self.cache
+        assert cache is not None  # made with the pool the server came from
         with cache.lock(candidate.hash):
             if candidate.hash in cache.keys:
                 return 0.0

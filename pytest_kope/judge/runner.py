@@ -28,7 +28,7 @@ from ..operator import Operator, interface_change
 from ..spec import parse_spec
 from . import differential, sandbox
 from .arrays import DEFAULT_RTOL
-from .launch import Launcher
+from .launch import Launcher, Request
 from .outcome import Judged, Outcome
 from .verdict import interpret  # noqa: F401 - the verdict's old home
 
@@ -217,7 +217,9 @@ class Judge:
             def compare(events: list[dict[str, Any]], outputs: Path) -> list[str]:
                 return self._compare(events, recorded, outputs)
 
-        return self.launcher.judge(candidate, tests, seeds, reference, device, record, replay_from, compare)
+        return self.launcher.judge(
+            Request(candidate, tests, seeds, reference, device, record, replay_from, compare)
+        )
 
     @property
     def rtol(self) -> float:
