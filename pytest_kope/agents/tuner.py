@@ -2,14 +2,19 @@
 
 Strategy: Thompson sampling over an additive model of log speedup (memory/effects.py: one effect per
 parameter value, pairwise interactions shrunk harder, each with its uncertainty), refit after every
-verdict. Two arms, chosen by a Beta-Bernoulli bandit on "did the proposal beat the incumbent":
+verdict on this operator's verdicts alone. The experience graph enters only as the model's *prior
+mean* (memory/transfer.py): each source (other runs of this operator, its family, other families;
+this hardware, its arch, other machines) is fitted once into per-value contrasts and weighted by its
+closeness times how well it has ranked this operator's verdicts so far, from the first verdict on (a
+source that ranks pairs wrongly drops to nothing within a few verdicts). One verdict on a value
+outweighs what the graph says of it; with an empty graph the prior is the space's declaration alone.
 
-- **graph**: the model fitted on this operator's verdicts *and* the experience graph's past attempts
-  (other runs of this operator, its family, other families; this hardware, its arch, other machines),
-  each source weighted by its closeness (same operator and hardware most) times how well it has
-  predicted this operator's verdicts so far in the run (a source that ranks points wrongly fades out);
-- **explore**: the model fitted on this operator's verdicts alone, first covering the values of the
-  space nobody has tried in this search, whatever the graph says of them.
+Two arms, chosen by a Beta-Bernoulli bandit on "did the proposal beat the incumbent":
+
+- **graph**: the point the model ranks best (its mean), among those that try the most values not
+  yet tried, except values the trusted sources agree lose;
+- **explore**: a Thompson draw, among the points that try the most values not yet tried, whatever
+  the graph says of them (the cold tuner is this arm alone).
 
 When graph-led proposals stop beating the incumbent, the bandit shifts to exploring; with an empty
 graph only the explore arm exists. `explore_rate` is the least share of proposals the explore arm
@@ -29,7 +34,8 @@ import numpy as np
 
 from ..candidate import Candidate
 from ..judge.outcome import Judged, Outcome
-from ..memory.effects import AdditiveModel, Observation, agreement, value_key
+from ..memory.effects import AdditiveModel, Observation, value_key
+from ..memory.transfer import Source, fit_source, graph_prior, losers, measure_agreement
 from ..spec import TuningSpace, parse_spec
 from .base import Context
 
@@ -38,9 +44,8 @@ POOL = 4000  # points scored per round when the space is larger than this
 EXPLORE_RATE = 0.1
 OPERATOR_WEIGHT = {"operator": 1.0, "family": 0.5, "other": 0.25}  # how a source relates to this task
 HARDWARE_WEIGHT = {"hardware": 1.0, "arch": 0.5, "other": 0.25}
-PRIOR_COUNT = 3.0  # own verdicts after which a source's measured agreement outweighs its closeness
-SOURCE_CAP = 24.0  # one source's points weigh at most as much as this many of this operator's own
 THOMPSON_SCALE = 0.25  # posterior draws shrunk towards the mean: explore less than full Thompson
+GRAPH_SCALE = 0.05  # the graph arm follows its model's mean (a draw this small only breaks ties)
 DECLARED_GAIN = 0.1  # prior log gain of a declared non-default value (see _declared_prior)
 DISCOUNT = 0.9  # the bandit forgets old rewards: the graph can stop paying midway
 
@@ -51,14 +56,14 @@ class _Search:
 
     space: TuningSpace
     observed: list[tuple[dict[str, Any], float | None]] = field(default_factory=list)  # None: broke
-    sources: dict[str, list[tuple[dict[str, Any], float | None]]] = field(default_factory=dict)
-    closeness: dict[str, float] = field(default_factory=dict)
+    sources: dict[str, Source] = field(default_factory=dict)  # the graph's sources, fitted once
+    losers: set[str] = field(default_factory=set)  # values trusted sources agree lose (graph arm)
     arms: dict[str, list[float]] = field(default_factory=dict)  # arm -> [successes, failures] (+ prior)
     arm_of: dict[str, str] = field(default_factory=dict)  # candidate hash -> the arm that proposed it
     pulls: dict[str, int] = field(default_factory=dict)
     tried: set[str] = field(default_factory=set)  # value keys seen in this search
     weights: dict[str, float] = field(default_factory=dict)  # source -> weight at the last refit
-    models: dict[str, AdditiveModel] = field(default_factory=dict)
+    model: AdditiveModel | None = None  # this operator's verdicts, with the graph as the prior
     fitted_at: int = -1
     points: tuple[TuningSpace, list[dict[str, Any]]] | None = None  # the space, enumerated
 
@@ -99,15 +104,25 @@ class Tuner:
             recall = ctx.recall(state=state, budget=self.recall_items, points=True)
         except TypeError:  # a recall without the points option (an older caller): no graph data
             recall = ctx.recall(state=state, budget=self.recall_items)
+        rows: dict[str, list[tuple[dict[str, Any], float | None]]] = {}
+        closeness: dict[str, float] = {}
         for row in getattr(recall, "points", None) or []:
             source, relation = str(row["source"]), str(row["relation"])
             y = math.log(row["speedup"]) if row.get("correct") and row.get("speedup") else None
-            s.sources.setdefault(source, []).append((dict(row["params"]), y))
+            rows.setdefault(source, []).append((dict(row["params"]), y))
             if relation == "operator/hardware":  # judged here before: those values count as tried
                 s.tried.update(value_key(k, v) for k, v in row["params"].items() if k in space.axes)
             op_rel, _, hw_rel = relation.partition("/")
-            s.closeness[source] = OPERATOR_WEIGHT.get(op_rel, 0.25) * HARDWARE_WEIGHT.get(hw_rel, 0.25)
-        s.sources = {k: v for k, v in s.sources.items() if any(y is not None for _, y in v)}
+            closeness[source] = OPERATOR_WEIGHT.get(op_rel, 0.25) * HARDWARE_WEIGHT.get(hw_rel, 0.25)
+        declared = _declared_prior(space)
+        for source, points in rows.items():
+            if sum(y is not None for _, y in points) < 2:  # no contrast to learn (e.g. a lone baseline)
+                continue
+            fitted = fit_source(
+                source, closeness[source], _observations(points, source, 1.0), space.axes, declared
+            )
+            if fitted is not None:
+                s.sources[source] = fitted
         s.arms["explore"] = [1.0, 1.0]
         if s.sources:
             s.arms["graph"] = [2.0, 1.0]  # trust the graph first; the verdicts decide how long
@@ -148,52 +163,39 @@ class Tuner:
         return max(draws, key=lambda arm: draws[arm])
 
     def _pick(self, s: _Search, arm: str, pool: list[dict[str, Any]]) -> int:
-        """Index of the pool point with the best Thompson draw under the arm's model; the explore arm
-        first restricts the pool to the points that try the most values not yet tried."""
-        model = s.models[arm]
-        candidates = list(range(len(pool)))
-        if arm == "explore":
-            fresh = [sum(value_key(k, v) not in s.tried for k, v in p.items()) for p in pool]
-            most = max(fresh)
-            if most > 0:
-                candidates = [i for i in candidates if fresh[i] == most]
-        x = model.design([pool[i] for i in candidates])
-        theta = model.mean + THOMPSON_SCALE * (model.sample(self.rng) - model.mean)
+        """Index of the pool point that scores best under the model, among the points that try the
+        most values not yet tried. The explore arm counts every such value and draws from the posterior
+        (Thompson); the graph arm skips the values trusted sources agree lose (it still tries what they
+        rank level with the best and what they do not know) and follows the posterior mean."""
+        assert s.model is not None
+        skip = s.losers if arm == "graph" else set()
+        fresh = [
+            sum((k := value_key(n, v)) not in s.tried and k not in skip for n, v in p.items()) for p in pool
+        ]
+        most = max(fresh)
+        candidates = [i for i in range(len(pool)) if fresh[i] == most]
+        x = s.model.design([pool[i] for i in candidates])
+        scale = THOMPSON_SCALE if arm == "explore" else GRAPH_SCALE
+        theta = s.model.mean + scale * (s.model.sample(self.rng) - s.model.mean)
         scores = x @ theta + 1e-9 * self.rng.random(len(candidates))
         return candidates[int(np.argmax(scores))]
 
     def _refit(self, s: _Search) -> None:
-        """Refit both models when a verdict arrived: own data alone, and own plus the weighted graph."""
-        if s.fitted_at == len(s.observed) and s.models:
+        """Refit when a verdict arrived: this operator's verdicts are the data; the prior is the
+        space's declaration, moved by the graph's sources, each weighted by closeness times how well it
+        has ranked these verdicts so far (with no graph, or no trusted source, the declaration alone)."""
+        if s.fitted_at == len(s.observed) and s.model is not None:
             return
         s.fitted_at = len(s.observed)
-        own = _observations(s.observed, "self", 1.0)
         prior = _declared_prior(s.space)
-        s.models["explore"] = AdditiveModel(s.space.axes, pairs=True, prior_mean=prior).fit(own)
-        if "graph" not in s.arms:
-            return
-        s.weights = self._source_weights(s)
-        data = list(own)
-        for source, rows in s.sources.items():
-            w = s.weights[source] * min(1.0, SOURCE_CAP / len(rows))
-            data += _observations(rows, source, w)
-        s.models["graph"] = AdditiveModel(s.space.axes, pairs=True, prior_mean=prior).fit(data)
-
-    def _source_weights(self, s: _Search) -> dict[str, float]:
-        """Closeness times agreement: how well each source's own model ranks this operator's verdicts
-        (Pearson r of predictions with observations, floored at 0), shrunk towards 1 while few are in."""
-        mine = [(p, y) for p, y in s.observed if y is not None]
-        weights = {}
-        for source, rows in s.sources.items():
-            r = None
-            if len(mine) >= 3:
-                model = AdditiveModel(s.space.axes).fit(_observations(rows, source, 1.0))
-                predicted, _ = model.predict([p for p, _ in mine])
-                r = agreement(predicted.tolist(), [y for _, y in mine])
-            m = len(mine) if r is not None else 0
-            trust = (PRIOR_COUNT + m * max(r or 0.0, 0.0)) / (PRIOR_COUNT + m)
-            weights[source] = s.closeness[source] * trust
-        return weights
+        if s.sources:
+            sources = list(s.sources.values())
+            measure_agreement(sources, [(p, y) for p, y in s.observed if y is not None])
+            s.weights = {source.name: source.weight for source in sources}
+            prior = graph_prior(sources, prior, s.space.axes)
+            s.losers = losers(sources, s.space.axes)
+        own = _observations(s.observed, "self", 1.0)
+        s.model = AdditiveModel(s.space.axes, pairs=True, prior_mean=prior).fit(own)
 
     def observe(self, ctx: Context, results: list[Judged]) -> None:
         s = self.searches.get(ctx.operator.name)

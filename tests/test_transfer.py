@@ -1,0 +1,124 @@
+"""Transfer with doubt: the experience graph moves the tuner's prior, this operator's verdicts decide.
+
+Small additive tables searched through the real SQLite graph (no compiler, no timing): a source that
+ranks this operator's verdicts wrongly loses its weight within two verdicts, a value the graph does
+not know is tried before what the graph ranks, and several sources that agree on wrong advice cost
+warm no more than one evaluation over cold (median).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import statistics
+from pathlib import Path
+
+import pytest
+
+from pytest_kope.agents.search import Table, TableEvaluator, evaluations_to, run_search
+from pytest_kope.agents.tuner import Tuner
+from pytest_kope.judge.outcome import Judged
+from pytest_kope.memory import Graph
+from pytest_kope.memory.effects import Observation
+from pytest_kope.memory.transfer import fit_source, graph_prior, measure_agreement
+
+HW = {"arch": "x86_64", "model": "AMD EPYC", "simd": ["avx2"], "cores": 2, "compiler": "gcc 12"}
+
+
+def table(operator: str, family: str, axes: dict[str, list[int]], effects: dict[str, float]) -> Table:
+    """A table over `axes` (first value the default) whose log speedup is additive in `effects`."""
+    header = "// kope: kernel void k(const float *x, float *y, int n)\n" + "".join(
+        f"// kope: param {n} = {' | '.join(map(str, vs))}\n" for n, vs in axes.items()
+    )
+    points = []
+    for i, values in enumerate(itertools.product(*axes.values())):
+        params = dict(zip(axes, values))
+        y = sum(effects.get(f"{k}={v}", 0.0) for k, v in params.items()) + 0.01 * ((i * 7) % 5 - 2)
+        points.append({"params": params, "outcome": "ok", "ratio": math.exp(y)})
+    points[0]["ratio"] = 1.0  # the all-defaults point is the committed kernel
+    data = {"operator": operator, "family": family, "header": header, "hardware": HW, "points": points}
+    return Table.from_json(data)
+
+
+def search(
+    t: Table, seed: int, graph: Graph | None = None, budget: int | None = None
+) -> tuple[Tuner, list[Judged]]:
+    tuner = Tuner(seed=seed)
+    run = f"{t.operator}-{seed}"
+    history = run_search(
+        tuner, t.info(), HW, TableEvaluator(t), budget or len(t.rows), graph=graph, run_id=run
+    )
+    return tuner, history
+
+
+def warm_graph(path: Path, sources: list[Table], seed: int, fill: int = 16) -> Graph:
+    """A graph holding a `fill`-evaluation cold search of each source table."""
+    graph = Graph(path)
+    for t in sources:
+        search(t, seed, graph, fill)
+    return graph
+
+
+AXES = {"VEC": [0, 8, 16], "THREADS": [1, 2], "UNROLL": [1, 4]}
+
+
+def test_a_source_that_ranks_the_first_verdicts_wrongly_drops_to_nothing_within_two() -> None:
+    """The weight comes from the first verdict on: two verdicts that contradict a source (three pairs
+    with the committed kernel) take it from full trust to none; agreeing ones keep it."""
+    says = {"VEC=0": 0.0, "VEC=8": 0.5, "VEC=16": 1.0}
+    rows = [Observation({"VEC": v, "THREADS": 1, "UNROLL": 1}, says[f"VEC={v}"]) for v in (0, 8, 16)]
+    wrong = fit_source("a", 0.5, rows, AXES, {})
+    right = fit_source("b", 0.5, rows, AXES, {})
+    assert wrong is not None and right is not None and wrong.weight == pytest.approx(0.5)
+    base = {"VEC": 0, "THREADS": 1, "UNROLL": 1}
+    contradicting = [(base, 0.0), ({**base, "VEC": 8}, -0.3), ({**base, "VEC": 16}, -0.6)]
+    measure_agreement([wrong], contradicting)
+    assert (wrong.concordant, wrong.discordant, wrong.weight) == (0, 3, 0.0)
+    measure_agreement([right], [(p, -y) for p, y in contradicting])
+    assert right.weight == pytest.approx(0.5)
+    # and a distrusted source no longer moves the prior
+    assert graph_prior([wrong], {"VEC=8": 0.1}, AXES) == {"VEC=8": 0.1}
+
+
+def test_a_value_the_graph_never_saw_is_tried_before_what_it_ranks(tmp_path) -> None:
+    """The sibling's space has no FAST knob; on the target FAST=1 is what matters. The graph's first
+    proposal must try it (what the graph does not know is no evidence against it) and warm must reach
+    the best no later than cold."""
+    sibling = table("sib", "rowwise", AXES, {"VEC=16": 1.0, "VEC=8": 0.6, "THREADS=2": -0.3})
+    fast = {"FAST": [0, 1], **AXES}
+    target = table("target", "rowwise", fast, {"FAST=1": 1.5, "VEC=16": 1.0, "VEC=8": 0.6, "THREADS=2": -0.3})
+    warm, cold = [], []
+    for seed in range(8):
+        graph = warm_graph(tmp_path / f"g{seed}.db", [sibling], seed)
+        try:
+            tuner, history = search(target, seed + 100, graph)
+        finally:
+            graph.close()
+        assert history[0].candidate.params["FAST"] == 1, seed
+        assert tuner.usage()["graph_led"] > 0
+        warm.append(evaluations_to(history, 0.95 * target.best()))
+        cold.append(evaluations_to(search(target, seed + 100)[1], 0.95 * target.best()))
+    assert statistics.median(warm) <= statistics.median(cold), (warm, cold)
+
+
+def test_sources_that_agree_on_wrong_advice_cost_warm_at_most_one_evaluation(tmp_path) -> None:
+    """Three sources of another family agree that THREADS=2 and UNROLL=4 win; on the target both lose
+    and VEC=16 alone wins. The target's own verdicts must overrule them quickly."""
+    wrong = {"THREADS=2": 1.0, "UNROLL=4": 0.8, "VEC=8": 0.3, "VEC=16": -0.2}
+    sources = [table(f"other{i}", "elementwise", AXES, wrong) for i in range(3)]
+    target = table(
+        "target", "rowwise", AXES, {"VEC=16": 1.2, "VEC=8": 0.5, "THREADS=2": -0.6, "UNROLL=4": -0.5}
+    )
+    warm, cold = [], []
+    for seed in range(8):
+        graph = warm_graph(tmp_path / f"g{seed}.db", sources, seed, fill=8)
+        try:
+            history = search(target, seed + 100, graph)[1]
+        finally:
+            graph.close()
+        warm.append(evaluations_to(history, 0.95 * target.best()) or len(target.rows) + 1)
+        cold.append(
+            evaluations_to(search(target, seed + 100)[1], 0.95 * target.best()) or len(target.rows) + 1
+        )
+    assert statistics.median(warm) <= statistics.median(cold) + 1, (warm, cold)
+    assert max(warm) <= len(target.rows) // 2, warm
