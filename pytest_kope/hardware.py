@@ -151,6 +151,8 @@ def describe(fp: Mapping[str, Any]) -> str:
     level = level_of(fp)
     device = fp.get("device")
     parts = [str(fp.get("arch", "?"))] + ([level] if level else []) + [f"{fp.get('cores', '?')} cores"]
+    if fp.get("target_flags"):  # kernels built for a narrower machine than this one (kope_c_target_flags)
+        parts.append(f"built with {fp['target_flags']}")
     head = f"{device} on " if device else ""
     return f"{head}{fp.get('model', 'unknown')} ({', '.join(parts)})"
 

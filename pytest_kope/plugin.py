@@ -253,6 +253,13 @@ def _review_options(g: Any, parser: pytest.Parser) -> None:
         help="symbols (names or fnmatch globs) a built C/C++ kernel library may import besides the "
         "built-in allow-list (libm, memory/string libc, OpenMP, the C++ runtime)",
     )
+    parser.addini(
+        "kope_c_target_flags",
+        type="args",
+        default=[],
+        help="compiler flags added after every C/C++ candidate's own, to tune for the machines the "
+        "kernels will run on, e.g. -mno-avx512f (default: $KOPE_C_TARGET_FLAGS)",
+    )
 
 
 class _Toggle(argparse.Action):

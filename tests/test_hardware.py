@@ -76,3 +76,53 @@ def test_this_machine_has_a_level_and_its_fingerprint_is_stable() -> None:
     assert fingerprint_id(hardware.cpu_fingerprint()) == fingerprint_id(fp)
     if fp["arch"] in ("x86_64", "aarch64"):
         assert fp["simd_level"] and fp["simd_level"] in describe(fp)
+
+
+WIDE_SUM = """// kope: kernel void wide(const float *x, float *y, int n)
+typedef float v16 __attribute__((vector_size(64)));
+void wide(const float *x, float *y, int n) {
+    v16 s = {0};
+    for (int i = 0; i + 16 <= n; i += 16) {
+        v16 v;
+        __builtin_memcpy(&v, x + i, sizeof v);
+        s += v;
+    }
+    __builtin_memcpy(y, &s, sizeof s);
+}
+"""
+
+
+def test_target_flags_tune_for_a_narrower_machine_as_another_hardware_kind(tmp_path, monkeypatch) -> None:
+    """kope_c_target_flags / $KOPE_C_TARGET_FLAGS come after every candidate's own flags, so an AVX-512
+    build machine tunes for an AVX2 fleet; the graph keeps what it learns apart, and the label says so."""
+    import shutil
+    import subprocess
+
+    from pytest_kope.candidate import Candidate
+    from pytest_kope.errors import ConfigError
+    from pytest_kope.spec import parse_spec
+    from pytest_kope.toolchains.c import TARGET_ENV, CToolchain
+
+    monkeypatch.delenv(TARGET_ENV, raising=False)
+    plain, narrow = CToolchain(), CToolchain(target_flags="-mno-avx512f")
+    candidate = Candidate(WIDE_SUM, "wide.c", "c", params={"flags": "-O3 -march=native"})
+    command = narrow.command(candidate, Path("wide.c"), Path("wide.so"))
+    assert command.index("-mno-avx512f") > command.index("-march=native")
+    assert plain.build_key(candidate, None) != narrow.build_key(candidate, None)
+    assert fingerprint_id(plain.fingerprint()) != fingerprint_id(narrow.fingerprint())
+    assert describe(narrow.fingerprint()).endswith("built with -mno-avx512f)")
+    assert narrow.environment()[TARGET_ENV] == "-mno-avx512f"
+    monkeypatch.setenv(TARGET_ENV, "-mno-avx512f")  # what a judging child gets
+    assert CToolchain().target_flags == ("-mno-avx512f",)
+    with pytest.raises(ConfigError, match=TARGET_ENV):
+        CToolchain(target_flags="-o /tmp/elsewhere")
+    if "avx512f" not in hardware.cpu_fingerprint().get("simd", []) or not shutil.which("objdump"):
+        return  # no AVX-512 here to turn off: the flag's effect is not observable
+    spec = parse_spec(WIDE_SUM, "wide.c")
+    zmm = {}
+    for name, tc in (("plain", plain), ("narrow", narrow)):
+        lib = tc.compile(candidate, spec, tmp_path / name)[0]
+        zmm[name] = (
+            "%zmm" in subprocess.run(["objdump", "-d", str(lib)], capture_output=True, text=True).stdout
+        )
+    assert zmm == {"plain": True, "narrow": False}

@@ -37,7 +37,8 @@ def pytest_kope_make_toolchain(name: str, config: pytest.Config) -> Any:
     module, _, cls = target.partition(":")
     make = getattr(importlib.import_module(module), cls)
     if name == "c":  # judging children are pytest processes with the same ini, so they see it too
-        return make(allow_symbols=_ini_lines(config, "kope_allow_symbols"))
+        target = " ".join(_ini_lines(config, "kope_c_target_flags")) or None  # else $KOPE_C_TARGET_FLAGS
+        return make(allow_symbols=_ini_lines(config, "kope_allow_symbols"), target_flags=target)
     return make()
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..candidate import Candidate
-from ..errors import BuildError, LibraryRejected, SpecError
+from ..errors import BuildError, ConfigError, LibraryRejected, SpecError
 from ..hardware import cpu_fingerprint
 from ..spec import FLAGS, KernelSpec
 from .base import IN, INOUT, OUT, SCALAR, Arg, Availability, Kernel, KernelFunction, Timer, ToolchainBase
@@ -32,6 +32,7 @@ from .screening import (  # noqa: F401 - FORBIDDEN_CALLS and strip_c_comments ar
 )
 
 BASE_FLAGS = ["-shared", "-fPIC", "-fopenmp"]
+TARGET_ENV = "KOPE_C_TARGET_FLAGS"  # flags after every candidate's own (the ini option kope_c_target_flags)
 _C_STD = {".c": ["-std=gnu11"], ".cc": ["-std=gnu++17"], ".cpp": ["-std=gnu++17"], ".cxx": ["-std=gnu++17"]}
 _NUMPY_OF = {
     "float": "float32", "double": "float64", "int": "int32", "int32_t": "int32", "int64_t": "int64",
@@ -84,14 +85,30 @@ class CToolchain(ToolchainBase):
 
     name = "c"
     extensions = (".c", ".cc", ".cpp", ".cxx")
-    passes_env = ("CC", "CXX", BINARY_SCREEN_ENV)
+    passes_env = ("CC", "CXX", BINARY_SCREEN_ENV, TARGET_ENV)
     timed_on_host = True  # its timings are bound by this machine's measured memory and FMA ceilings
 
-    def __init__(self, cc: str | None = None, cxx: str | None = None, allow_symbols: Iterable[str] = ()):
+    def __init__(
+        self,
+        cc: str | None = None,
+        cxx: str | None = None,
+        allow_symbols: Iterable[str] = (),
+        target_flags: str | None = None,
+    ):
         self.cc = cc or os.environ.get("CC", "gcc")
         self.cxx = cxx or os.environ.get("CXX", "g++")
         # names or globs a built library may import besides the built-in allow-list (kope_allow_symbols)
         self.allow_symbols = tuple(s.strip() for s in allow_symbols if s.strip())
+        # the user's flags after every candidate's own: tune for the machines the kernels will run on
+        # (e.g. -mno-avx512f on an AVX-512 build machine for an AVX2 fleet); judging children get them
+        # through the environment
+        self.target_flags = tuple(shlex.split(target_flags or os.environ.get(TARGET_ENV, "")))
+        bad = [f for f in self.target_flags if not compiler_flag_ok(f)]
+        if bad:
+            raise ConfigError(
+                f"{TARGET_ENV} / kope_c_target_flags: {' '.join(bad)} is not a target, optimization or "
+                "warning flag; give flags such as -mno-avx512f or -march=haswell"
+            )
 
     def availability(self) -> Availability:
         path = shutil.which(self.cc)
@@ -100,7 +117,10 @@ class CToolchain(ToolchainBase):
         return Availability(True, compiler_version(self.cc) or path)
 
     def fingerprint(self) -> dict[str, Any]:
-        return {**cpu_fingerprint(), "toolchain": "c", "compiler": compiler_version(self.cc)}
+        fp = {**cpu_fingerprint(), "toolchain": "c", "compiler": compiler_version(self.cc)}
+        if self.target_flags:  # another kind of hardware for the graph: what was learned differs
+            fp["target_flags"] = " ".join(self.target_flags)
+        return fp
 
     def screen(self, candidate: Candidate) -> list[str]:
         reasons = screen_c_source(candidate.source)
@@ -173,7 +193,7 @@ class CToolchain(ToolchainBase):
         includes = [f"-I{d}" for d in spec.include_dirs] if spec else []
         companions = list(spec.companions) if spec else []
         return [
-            cc, *BASE_FLAGS, *_C_STD.get(suffix, []), *flags, *defines, *includes,
+            cc, *BASE_FLAGS, *_C_STD.get(suffix, []), *flags, *self.target_flags, *defines, *includes,
             str(src), *companions, "-o", str(out), "-lm",
         ]  # fmt: skip
 
@@ -182,7 +202,10 @@ class CToolchain(ToolchainBase):
 
     def environment(self) -> Mapping[str, str]:
         # OpenMP workers that spin make timings swing several-fold on a loaded small machine.
-        return {"OMP_WAIT_POLICY": "passive"}
+        env = {"OMP_WAIT_POLICY": "passive"}
+        if self.target_flags:
+            env[TARGET_ENV] = " ".join(self.target_flags)
+        return env
 
     def _compile(
         self, candidate: Candidate, build_dir: Path, spec: KernelSpec | None = None
