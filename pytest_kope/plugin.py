@@ -49,6 +49,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     _judge_options(g, parser)
     _executor_options(g, parser)
     _review_options(g, parser)
+    _toolchain_options(parser)
 
 
 def _search_options(g: Any, parser: pytest.Parser) -> None:
@@ -246,6 +247,10 @@ def _review_options(g: Any, parser: pytest.Parser) -> None:
     )
     parser.addini("kope_forge_token_env", help="name of the environment variable that holds the forge token")
     parser.addini("kope_pr_base", help="branch pull requests target (default: the branch the run started on)")
+
+
+def _toolchain_options(parser: pytest.Parser) -> None:
+    """How the C toolchain builds: what a library may import, and for which machines it is tuned."""
     parser.addini(
         "kope_allow_symbols",
         type="linelist",

@@ -99,15 +99,13 @@ class CToolchain(ToolchainBase):
         self.cxx = cxx or os.environ.get("CXX", "g++")
         # names or globs a built library may import besides the built-in allow-list (kope_allow_symbols)
         self.allow_symbols = tuple(s.strip() for s in allow_symbols if s.strip())
-        # the user's flags after every candidate's own: tune for the machines the kernels will run on
-        # (e.g. -mno-avx512f on an AVX-512 build machine for an AVX2 fleet); judging children get them
-        # through the environment
+        # after every candidate's own flags, to tune for the machines the kernels will run on (e.g.
+        # -mno-avx512f for an AVX2 fleet); judging children get them through the environment
         self.target_flags = tuple(shlex.split(target_flags or os.environ.get(TARGET_ENV, "")))
-        bad = [f for f in self.target_flags if not compiler_flag_ok(f)]
-        if bad:
+        if bad := " ".join(f for f in self.target_flags if not compiler_flag_ok(f)):
             raise ConfigError(
-                f"{TARGET_ENV} / kope_c_target_flags: {' '.join(bad)} is not a target, optimization or "
-                "warning flag; give flags such as -mno-avx512f or -march=haswell"
+                f"{TARGET_ENV} / kope_c_target_flags: {bad!r} is not a target, optimization or warning "
+                "flag; give flags such as -mno-avx512f or -march=haswell"
             )
 
     def availability(self) -> Availability:
@@ -303,9 +301,6 @@ def _numpy_caller(
 
     call.__name__ = name
     return call
-
-
-_strip_comments = strip_c_comments  # the old private name, kept for imports
 
 
 def own_build(
