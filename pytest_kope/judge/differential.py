@@ -179,7 +179,7 @@ def _settled(
     settle: SettleLater, pending: list[tuple[dict[str, Any], list[tuple], list[int]]], results: Path
 ) -> list[str]:
     """Check that the pending calls' outputs stayed put (one wait for all), then write them."""
-    changed = settle.check()
+    changed = settle.check(named=True)
     if changed:
         return [f"differential check: {changed[0]}"]
     for entry, sets, written in pending:

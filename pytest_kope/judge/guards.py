@@ -131,11 +131,13 @@ class SettleLater:
         self.pending.append((call, {i: arrays.digest(v) for i, a, v in call.arrays if a.role != IN}))
         self.returned = time.monotonic()
 
-    def check(self) -> list[str]:
-        """What changed since it was digested; the calls are forgotten."""
+    def check(self, named: bool = False) -> list[str]:
+        """What changed since it was digested (`named`: each line names its kernel); the calls are
+        forgotten."""
         time.sleep(max(0.0, SETTLE_S - (time.monotonic() - self.returned)))
         found = [
-            f"output {a.name!r} changed after the call returned (work left running)"
+            (f"kernel {call.function.name}() " if named else "")
+            + f"output {a.name!r} changed after the call returned (work left running)"
             for call, written in self.pending
             for i, a, v in call.arrays
             if i in written and arrays.digest(v) != written[i]
