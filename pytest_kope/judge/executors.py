@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .sandbox import KEEP, Finished
+from .sandbox import HOST_ENV, KEEP, Finished
 
 if TYPE_CHECKING:
     from .runner import Plan
@@ -42,14 +42,7 @@ EXECUTORS = ("local", "ray")
 # (`Job.node_env`).
 NODE_OWN = frozenset(
     {
-        "PATH",
-        "LANG",
-        "LC_ALL",
-        "LC_CTYPE",
-        "TZ",
-        "VIRTUAL_ENV",
-        "PYTHONPATH",
-        "LD_LIBRARY_PATH",
+        *HOST_ENV,
         "CUDA_VISIBLE_DEVICES",
         "ASCEND_RT_VISIBLE_DEVICES",
         "ASCEND_HOME_PATH",

@@ -21,20 +21,15 @@ from pathlib import Path
 from ..errors import ConfigError
 
 SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE|SESSION", re.I)
+# where programs, libraries and the locale are on the machine a child runs on (each node has its own)
+HOST_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "VIRTUAL_ENV", "PYTHONPATH", "LD_LIBRARY_PATH")
 KEEP = (
-    "PATH",
-    "LANG",
-    "LC_ALL",
-    "LC_CTYPE",
-    "TZ",
-    "VIRTUAL_ENV",
-    "PYTHONPATH",
+    *HOST_ENV,
     "CC",
     "CXX",
     "OMP_NUM_THREADS",
     "OPENBLAS_CORETYPE",
     "OPENBLAS_L2_SIZE",
-    "LD_LIBRARY_PATH",
 )  # what a toolchain's children need besides comes through the plan: Toolchain.passed_env()
 
 
