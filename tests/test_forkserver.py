@@ -257,6 +257,28 @@ def test_paired_timing_stops_once_the_bound_decides():
     assert unstopped.ratio.rounds > paired.ratio.rounds  # without the rule: to the cap
 
 
+def test_a_first_call_that_compiled_does_not_make_a_fast_kernel_one_call_a_round():
+    """A JIT kernel's first call compiles (a cold Triton reference: about a second); timed one call
+    a round, device sync included, it loses to a warm candidate it equals (seen on an H200: 2.4x)."""
+    clock = FakeClock()
+    x = np.random.default_rng(0).standard_normal(1 << 12).astype(np.float32)
+    compiled = []
+
+    def cold(x, y):
+        clock.now += 40e-6 if compiled else 1.0
+        compiled.append(1)
+        np.multiply(x, 2, out=y)
+
+    def sync() -> None:  # waiting for the device: a round trip, paid once a round
+        clock.now += 40e-6
+
+    paired = timing.measure_paired(
+        cold, clock.kernel(40e-6), (x, np.empty_like(x)), clock, sync, timing.PAIRED, ["in", "out"]
+    )
+    assert paired.reference.iterations == paired.candidate.iterations > 1
+    assert paired.ratio.median == pytest.approx(1.0)
+
+
 def test_the_stop_rule_is_the_verdicts_rule():
     stop = timing.decided(0.05)
     assert stop([1.0] * 10, [0.5] * 10)  # twice as fast every round: decided better
@@ -289,7 +311,7 @@ def test_slow_kernels_timed_outputs_are_checked_inside_the_rounds():
         )
         assert bool(paired.mismatch) == wrong, paired.mismatch
     assert "timed buffer copy" in paired.mismatch
-    assert len(honest_calls) == 1 + 8  # the warm-up, then one call a round: no check calls after
+    assert len(honest_calls) == 2 + 8  # warm-up, a second slow call, one a round: no check calls after
 
 
 def test_timed_outputs_of_in_place_kernels_are_checked_from_the_same_inputs():
