@@ -35,6 +35,19 @@ def test_the_label_names_the_simd_level_the_machine_has(sample, arch, model, lev
         assert not any(f.startswith("avx512") for f in fp["simd"])
 
 
+def test_a_kernel_on_an_accelerator_is_labelled_by_the_accelerator_not_the_host() -> None:
+    """Seen on an H200 machine: a Triton kernel's lessons read "Intel Xeon avx512", so recall would
+    have treated them as the host CPU's, beside C kernels that really ran there."""
+    from pytest_kope.memory.scope import hardware_row
+
+    host = make_fingerprint((SAMPLES / "intel_icelake_avx512.txt").read_text(), "x86_64", 16, CACHES)
+    gpu = {**host, "toolchain": "triton", "mode": "cuda", "device": "NVIDIA H200", "capability": "9.0"}
+    assert hardware_label(gpu) == "NVIDIA H200" and hardware_row(gpu)["model"] == "NVIDIA H200"
+    interpreter = {**host, "toolchain": "triton", "device": "cpu (triton interpreter)"}
+    assert hardware_label(interpreter) == hardware_label(host)  # on the CPU, the CPU it is
+    assert hardware_label(host).startswith("Intel Xeon Platinum 8375C")
+
+
 def test_older_levels_and_unknown_arm_parts() -> None:
     assert hardware.simd_level(["sse", "sse2", "pni", "ssse3", "sse4_1", "sse4_2"]) == "sse4_2"
     assert hardware.simd_level(["sse", "sse2", "pni"]) == "sse3"

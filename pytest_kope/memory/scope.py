@@ -40,6 +40,15 @@ def _simd(fp: Mapping[str, Any]) -> str:
     return str(value or "")
 
 
+def _model(fp: Mapping[str, Any]) -> str:
+    """What the kernels run on: the accelerator when there is one (a Triton kernel's lessons belong
+    to the H200, not to the Xeon that launched it), else the CPU."""
+    device = str(fp.get("device") or "")
+    if device and not device.lower().startswith("cpu"):
+        return device
+    return str(_first(fp, "model", "cpu", "cpu_model", "device", "device_name") or "")
+
+
 def hardware_row(fingerprint: Mapping[str, Any]) -> dict[str, Any]:
     """The `hardware` table row for a fingerprint (columns pulled out for people reading the DB)."""
     fp = dict(fingerprint)
@@ -48,7 +57,7 @@ def hardware_row(fingerprint: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "id": fingerprint_id(fp),
         "arch": str(_first(fp, "arch", "machine", "platform") or ""),
-        "model": str(_first(fp, "model", "cpu", "cpu_model", "device", "device_name") or ""),
+        "model": _model(fp),
         "simd": _simd(fp),
         "cores": int(cores) if isinstance(cores, (int, float, str)) and str(cores).isdigit() else None,
         "compiler": compiler if isinstance(compiler, str) else canonical(compiler) if compiler else "",
@@ -62,10 +71,10 @@ def hardware_label(fingerprint: Mapping[str, Any]) -> str:
     fp = dict(fingerprint)
     if fp.get("label"):
         return str(fp["label"])
-    model = str(_first(fp, "model", "cpu", "cpu_model", "device", "device_name") or "")
+    model = _model(fp)
+    on_device = model != str(_first(fp, "model", "cpu", "cpu_model", "device", "device_name") or "")
     model = " ".join(w for w in model.replace("(R)", "").replace("(TM)", "").split() if w != "Processor")
-    flags = _simd(fp).lower().split()
-    best = level_of({**fp, "simd": flags})
+    best = "" if on_device else level_of({**fp, "simd": _simd(fp).lower().split()})  # host SIMD: moot
     words = [w for w in (model[:40], best) if w]
     return " ".join(words) or str(_first(fp, "arch", "machine") or "unknown hardware")
 
