@@ -279,11 +279,13 @@ def _replay_values(args: tuple, entry: dict[str, Any], inputs: dict[int, np.ndar
 def _reentrant(call: Recorded, inputs: dict[int, np.ndarray], expected: dict[int, np.ndarray]) -> bool:
     """Whether the committed kernel gives its own answer when called on two buffer sets at once: only
     then are candidates held to it (a repo may keep a kernel that is not thread-safe on purpose)."""
+    if not call.function.reentrant:  # its toolchain says so: never tried, a lucky run would mislead
+        return False
     sets = [_values(call, inputs) for _ in range(RACE_REPEATS - 1)]
     try:
         with ThreadPoolExecutor(len(sets)) as pool:
             list(pool.map(lambda values: call.function.raw(*values), sets))
-    except Exception:  # e.g. Triton's interpreter is not thread-safe: replays stay one at a time
+    except Exception:  # not thread-safe after all: replays stay one at a time
         return False
     return all(
         not arrays.mismatch(arrays.host_copy(values[i]), want, 1e-6)

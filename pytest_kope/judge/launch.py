@@ -63,12 +63,14 @@ class Launcher:
         self.fresh = not self.forking
         self.pool: Pool | None = None
         self.cache: BuildCache | None = None
+        self.jit_root: Path | None = None  # per-candidate JIT caches (`_jit_cache`)
         self.notes: list[str] = []  # said once: why the servers are off
         self.remote = plan.executor  # None: judge here; else where it runs each child (`executors.py`)
+        self.private = False  # every build private: no JIT cache shared between children
 
     def fresh_processes(self) -> None:
         """From now on every child starts fresh and builds privately (the verification of a winner)."""
-        self.fresh = True
+        self.fresh = self.private = True
 
     def _server(self, seeds: list[int]) -> ForkServer | None:
         if self.fresh:
@@ -131,11 +133,14 @@ class Launcher:
             spec = self._spec(request, work, into)
             timing = request.reference is not None
             env = self.child_env(work, request.device, correctness=not timing, cached=server is not None)
+            jit = self._jit_cache(request.candidate) if server is None else None
+            if jit is not None:
+                env[str(plan.jit_cache_env)] = str(jit)
             began = time.monotonic()
             if server is not None:
                 finished, _ = server.run("judge", work, spec, env, key)
             else:
-                finished = self.run_fresh(spec, env, key, work, record)
+                finished = self.run_fresh(spec, env, key, work, record, jit)
             ended = time.monotonic()
             judged = self._read(request, finished, work, key, (began, ended))
             if server is not None and record is not None:
@@ -219,10 +224,29 @@ class Launcher:
             env.update(self.cache.env())
         return env
 
+    def _jit_cache(self, candidate: Candidate) -> Path | None:
+        """The candidate's own JIT cache for this run, shared by its children so that each kernel
+        compiles once (a Triton child spent most of its time compiling what the last one had), and
+        writable by no other candidate's child. None: no JIT, or the verification (compiles afresh)."""
+        if not self.plan.jit_cache_env or self.private:
+            return None
+        if self.jit_root is None:
+            self.jit_root = Path(tempfile.mkdtemp(prefix=f"kope-jit-{self.plan.operator.name}-"))
+        path = self.jit_root / candidate.hash
+        path.mkdir(exist_ok=True)
+        return path
+
     def run_fresh(
-        self, spec: dict[str, Any], env: dict[str, str], key: bytes, work: Path, record: Path | None
+        self,
+        spec: dict[str, Any],
+        env: dict[str, str],
+        key: bytes,
+        work: Path,
+        record: Path | None,
+        jit: Path | None = None,
     ) -> sandbox.Finished:
-        """A new `python -m pytest` child in its own jail; the key reaches it through a pipe."""
+        """A new `python -m pytest` child in its own jail (`record` and `jit` writable too); the key
+        reaches it through a pipe."""
         plan = self.plan
         key_r, key_w = os.pipe()
         os.write(key_w, key)
@@ -241,7 +265,7 @@ class Launcher:
                 work,
                 sandbox.scrubbed_environment(env, work),
                 plan.limits,
-                writable=[record] if record else (),
+                writable=[p for p in (record, jit) if p is not None],
                 pass_fds=(key_r,),
             )
         finally:
@@ -302,6 +326,9 @@ class Launcher:
         if self.cache is not None:
             self.cache.close()
             self.cache = None
+        if self.jit_root is not None:
+            shutil.rmtree(self.jit_root, ignore_errors=True)
+            self.jit_root = None
 
 
 def _build_failed(candidate: Candidate, kind: str, message: str, seconds: float) -> Judged:

@@ -55,6 +55,7 @@ class Plan:
     min_gain: float = 0.05  # the gain a paired timing must decide (`--kope-min-gain`)
     sequential: bool = True  # paired rounds stop once the 95% bound decides (else they run to the cap)
     device_env_var: str | None = None  # the toolchain's variable that pins a child to one device
+    jit_cache_env: str | None = None  # the toolchain's variable for its JIT cache (one per candidate)
     executor: Any = None  # where children run (`executors.py`): None judges on this machine
     node: Any = None  # a NodeReservation shared by operators judged concurrently on this machine
     timing_slots: queue.Queue[int | None] | None = None  # devices shared by those operators' timings

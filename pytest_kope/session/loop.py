@@ -68,6 +68,7 @@ def plan_for(s: KopeSession, run: OperatorRun) -> tuple[Plan, Toolchain]:
         fork_server=s.settings.fork_server,
         min_gain=s.settings.min_gain,
         device_env_var=tc.device_env_var,
+        jit_cache_env=tc.jit_cache_env,
         jail_required=not (type(s.agent) is Tuner or s.settings.allow_unjailed),
     )
     s.concurrency.share(plan)  # the executor and node; timing devices shared by operators at once

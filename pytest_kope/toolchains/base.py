@@ -34,6 +34,9 @@ class KernelFunction:
     name: str
     raw: Callable[..., Any]
     args: tuple[Arg, ...]
+    # Safe to call from several threads at once: only then does the differential check replay calls
+    # concurrently to expose state shared between threads (one lucky concurrent run proves nothing).
+    reentrant: bool = True
 
 
 @dataclass
@@ -72,6 +75,7 @@ class Toolchain(Protocol):
     name: str
     extensions: tuple[str, ...]  # source suffixes it builds by default, e.g. (".c", ".cpp")
     device_env_var: str | None  # the variable that pins a process to devices (CUDA_VISIBLE_DEVICES)
+    jit_cache_env: str | None  # where its JIT keeps compiled kernels (TRITON_CACHE_DIR); None: no JIT
     passes_env: tuple[str, ...]  # variables its judging children need from the controller's environment
     timed_on_host: bool  # its timings are bound by this machine's measured memory and FMA ceilings
 
@@ -109,6 +113,7 @@ class ToolchainBase:
     name: str = ""
     extensions: tuple[str, ...] = ()
     device_env_var: str | None = None
+    jit_cache_env: str | None = None
     passes_env: tuple[str, ...] = ()
     timed_on_host: bool = False
 

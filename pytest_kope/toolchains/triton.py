@@ -43,6 +43,7 @@ class TritonToolchain(ToolchainBase):
     extensions: tuple[str, ...] = (".py",)
     extra = "triton"
     device_env_var = "CUDA_VISIBLE_DEVICES"
+    jit_cache_env = "TRITON_CACHE_DIR"  # a candidate's kernels compile once a run, not once per child
     passes_env: tuple[str, ...] = ("TRITON_INTERPRET", "TORCH_DEVICE_BACKEND_AUTOLOAD")
 
     # -- where it runs ---------------------------------------------------------------------------
@@ -147,7 +148,9 @@ class TritonToolchain(ToolchainBase):
         raw = self._wrap(pylaunch.launchers(module, args, where), module, build_dir)
         if mode != "cuda" and devices.triton_flavour() == "ascend":
             raw = {name: _quiet(fn) for name, fn in raw.items()}
-        funcs = {name: KernelFunction(name, fn, args[name]) for name, fn in raw.items()}
+        # Not reentrant: Triton's interpreter is not thread-safe (measured: a concurrent replay that
+        # passed once failed the next candidate's), and on a GPU the calls share one stream anyway.
+        funcs = {name: KernelFunction(name, fn, args[name], reentrant=False) for name, fn in raw.items()}
         log = f"{self.name}: loaded {path} ({mode}) with " + (
             ", ".join(f"{k}={v!r}" for k, v in params.items()) or "no params"
         )
