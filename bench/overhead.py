@@ -14,7 +14,8 @@ verification (the winner's fresh re-run, once per operator, spread over a 24-att
 (graph writes and lesson distillation). Harness overhead is all of it but build and kernel.
 
 A/A: the committed kernel against a copy of itself (same code, another candidate), timed by the
-judge as a candidate is; a false win is a verdict `better` (bound above 1, median above 1.05).
+judge as a candidate is, with the session's rule (`session.decide.time_and_decide`): a false win is a
+verdict `better` (bound above 1, median above 1.05), after the second look an undecided gain gets.
 """
 
 from __future__ import annotations
@@ -38,8 +39,8 @@ from pytest_kope.candidate import Candidate  # noqa: E402
 from pytest_kope.judge import sandbox  # noqa: E402
 from pytest_kope.judge.outcome import Judged  # noqa: E402
 from pytest_kope.judge.runner import Judge, Plan  # noqa: E402
-from pytest_kope.judge.stats import PairedRatio  # noqa: E402
 from pytest_kope.operator import is_performance_test, operator_of  # noqa: E402
+from pytest_kope.session.decide import time_and_decide  # noqa: E402
 from pytest_kope.toolchains.c import CToolchain  # noqa: E402
 
 PHASES = ["build", "start", "correctness", "timing", "kernel", "verification", "bookkeeping"]
@@ -175,16 +176,16 @@ def aa_pairs(plan: Plan, pairs: int) -> list[dict]:
         (twin_judged,) = judge.correctness([twin])
         for _ in range(pairs):
             j = Judged(twin, twin_judged.outcome)
-            judge.performance(j, base.candidate)
+            crowned = time_and_decide(judge, j, base, plan.min_gain, lambda _: None)
             if not j.timings:
                 continue
-            ratio = PairedRatio(j.ratio, j.ratio_low, j.ratio_low, len(j.timings))
             out.append(
                 {
                     "ratio": j.ratio,
                     "low": j.ratio_low,
                     "rounds": sum(t.rounds for t in j.timings),
-                    "false_win": ratio.beats(plan.min_gain),
+                    "second_look": any("second look" in n for n in j.notes),
+                    "false_win": crowned,
                 }
             )
     finally:
@@ -255,7 +256,8 @@ def main(argv: list[str] | None = None) -> int:
         wins = sum(p["false_win"] for p in aa)
         print(
             f"\nA/A: {wins} false wins in {len(aa)} pairs ({100 * wins / len(aa):.1f}%), "
-            f"median ratio {median([p['ratio'] for p in aa]):.3f}, median rounds {median([p['rounds'] for p in aa])}"
+            f"median ratio {median([p['ratio'] for p in aa]):.3f}, median rounds {median([p['rounds'] for p in aa])}, "
+            f"second looks {sum(p['second_look'] for p in aa)}"
         )
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps({"results": results, "aa": aa, "phases": PHASES}, indent=1, default=str))

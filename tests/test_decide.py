@@ -1,0 +1,94 @@
+"""The session's decision on a timed candidate: crowned only beyond noise, and a gain the rounds' cap
+left undecided gets one second look instead of being filed as "no gain".
+
+The paired timings are scripted (a stand-in for the judge's `performance`, which fills `timings`), so
+each case is decided by the rule alone, not by this machine's noise."""
+
+from __future__ import annotations
+
+from pytest_kope.candidate import Candidate
+from pytest_kope.judge.outcome import Judged, Outcome, Timing
+from pytest_kope.session.decide import judge_batch, time_and_decide, undecided_gain
+
+GAIN = 0.05
+
+
+def timing(ratio: float, low: float, high: float) -> Timing:
+    return Timing("t::perf", 1.0, 1.0 / ratio, ratio, low, high, 41)
+
+
+class ScriptedTimings:
+    """Hands out the paired timings of a script, one per `performance` call; a str is a lost judgement."""
+
+    def __init__(self, *script: Timing | str) -> None:
+        self.script, self.calls = list(script), 0
+
+    def performance(self, j: Judged, reference: Candidate) -> Judged:
+        step = self.script[self.calls]
+        self.calls += 1
+        if isinstance(step, str):
+            j.fault = step
+        else:
+            j.timings = [step]
+        return j
+
+    def correctness(self, batch: list[Candidate]) -> list[Judged]:
+        return [Judged(c, Outcome.OK) for c in batch]
+
+    class plan:  # noqa: N801 (the judge's plan, of which decide reads the devices)
+        devices = [None]
+
+
+def judged(name: str) -> Judged:
+    return Judged(Candidate(f"// {name}\n", "k.c", "c", {"X": name}), Outcome.OK)
+
+
+def incumbent() -> Judged:
+    j = judged("incumbent")
+    j.speedup = 2.0
+    return j
+
+
+def test_an_undecided_gain_gets_a_second_look_that_can_crown_it() -> None:
+    judge = ScriptedTimings(timing(1.09, 0.98, 1.20), timing(1.10, 1.04, 1.15))
+    j, faults = judged("a"), []
+    assert undecided_gain(_timed(j, 1.09, 0.98, 1.20), GAIN)
+    assert time_and_decide(judge, judged("a"), incumbent(), GAIN, faults.append)
+    assert judge.calls == 2 and not faults
+
+
+def test_the_second_look_alone_decides_and_there_is_no_third() -> None:
+    judge = ScriptedTimings(timing(1.09, 0.98, 1.20), timing(1.07, 0.97, 1.18), timing(1.5, 1.4, 1.6))
+    j = judged("b")
+    assert not time_and_decide(judge, j, incumbent(), GAIN, [].append)
+    assert judge.calls == 2 and j.outcome == Outcome.OK
+    assert j.ratio == 1.07 and j.speedup == 2.0 * 1.07  # the second timing is the record
+    assert any("second look" in n and "1.09x" in n for n in j.notes)
+
+
+def test_a_decided_verdict_is_not_timed_again() -> None:
+    for first in (timing(1.30, 1.20, 1.40), timing(1.02, 0.95, 1.04), timing(1.04, 0.99, 1.10)):
+        judge = ScriptedTimings(first, timing(2.0, 1.9, 2.1))
+        time_and_decide(judge, judged("c"), incumbent(), GAIN, [].append)
+        assert judge.calls == 1, first  # crowned, decided not better, or a median gain below 5%
+
+
+def test_a_lost_timing_is_a_fault_not_a_second_look() -> None:
+    judge, faults = ScriptedTimings("the fork server died"), []
+    assert not time_and_decide(judge, judged("d"), incumbent(), GAIN, faults.append)
+    assert judge.calls == 1 and len(faults) == 1
+
+
+def test_judge_batch_crowns_after_a_second_look_and_times_the_next_against_it() -> None:
+    judge = ScriptedTimings(timing(1.09, 0.98, 1.20), timing(1.10, 1.04, 1.15), timing(1.02, 0.9, 1.1))
+    a, b = judged("a").candidate, judged("b").candidate
+    remembered: list[Judged] = []
+    verdicts = judge_batch(judge, [a, b], incumbent(), GAIN, remembered.append, [].append)
+    assert [v.outcome for v in verdicts] == [Outcome.BETTER, Outcome.OK]
+    assert verdicts[1].speedup == 2.0 * 1.10 * 1.02  # b's ratio is against a, the new incumbent
+    assert remembered == verdicts
+
+
+def _timed(j: Judged, ratio: float, low: float, high: float) -> Judged:
+    j.timings = [timing(ratio, low, high)]
+    return j
