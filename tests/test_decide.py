@@ -35,6 +35,9 @@ class ScriptedTimings:
     def correctness(self, batch: list[Candidate]) -> list[Judged]:
         return [Judged(c, Outcome.OK) for c in batch]
 
+    def performance_many(self, judged: list[Judged], reference: Candidate) -> list[Judged]:
+        return [self.performance(j, reference) for j in judged]
+
     class plan:  # noqa: N801 (the judge's plan, of which decide reads the devices)
         devices = [None]
 
@@ -92,3 +95,15 @@ def test_judge_batch_crowns_after_a_second_look_and_times_the_next_against_it() 
 def _timed(j: Judged, ratio: float, low: float, high: float) -> Judged:
     j.timings = [timing(ratio, low, high)]
     return j
+
+
+def test_with_several_devices_the_undecided_gains_get_their_second_look_too() -> None:
+    judge = ScriptedTimings(
+        timing(1.09, 0.98, 1.20), timing(1.01, 0.9, 1.1), timing(1.30, 1.2, 1.4), timing(1.12, 1.06, 1.2)
+    )
+    judge.plan = type("plan", (), {"devices": [0, 1]})
+    a, b = judged("a").candidate, judged("b").candidate
+    verdicts = judge_batch(judge, [a, b], incumbent(), GAIN, [].append, [].append)
+    assert judge.calls == 3  # a twice (undecided, then crowned), b once (decided not better)
+    assert [v.outcome for v in verdicts] == [Outcome.BETTER, Outcome.OK]
+    assert any("second look" in n for n in verdicts[0].notes)

@@ -80,12 +80,15 @@ def judge_batch(
     verdicts = judged_only(judge.correctness(batch), fault)
     if len(judge.plan.devices) > 1:  # one timing worker per device, all against one incumbent
         survivors = [j for j in verdicts if j.outcome.correct]
-        judge.performance_many(survivors, incumbent.candidate)
-        survivors = judged_only(survivors, fault)
+        for _ in range(2):  # then a second look for the undecided gains, as in `time_and_decide`
+            judge.performance_many(survivors, incumbent.candidate)
+            for j in judged_only(survivors, fault):
+                decide(j, incumbent, min_gain)
+            survivors = [j for j in survivors if not j.fault and undecided_gain(j, min_gain)]
+            for j in survivors:
+                j.notes.append(f"second look: the first timing left {j.ratio:.2f}x undecided")
         verdicts = [j for j in verdicts if not j.fault]
-        for j in survivors:
-            decide(j, incumbent, min_gain)
-        winners = [j for j in survivors if j.outcome == Outcome.BETTER]
+        winners = [j for j in verdicts if j.outcome == Outcome.BETTER]
         fastest = max(winners, key=lambda w: w.speedup or 0.0, default=None)
         for j in winners:  # only the fastest becomes the incumbent
             if j is not fastest:
