@@ -1,16 +1,26 @@
 """Does the experience graph make the tuner better? Cold (empty graph) against warm, side by side.
 
-1. fill: the tuner optimizes half of the sample operators, filling a graph;
-2. cold: the tuner optimizes the other half with an empty graph;
+1. fill: the tuner optimizes some operators (of one repo), filling a graph;
+2. cold: the tuner optimizes other operators (of the same repo or another) with an empty graph;
 3. warm: the same, same budget, starting from a copy of the filled graph.
 
-Cold and warm run each operator on its own, so that no run learns from another operator of its half.
+Cold and warm run each operator on its own, so that no run learns from another evaluated operator.
 
 For each operator it prints each run's verified best and the evaluation that found it, and whether warm
 came within 5% of cold's best and after how many evaluations (the goal: at most half of cold's).
 Writes JSON.
 
     python bench/cold_warm.py [--budget 16] [--out bench/results/cold_warm.json]
+
+By default it fills from half of the sample operators (softmax, layernorm, gelu, transpose) and
+evaluates the other half (rmsnorm, rowsum, swiglu, sgemm). `--fill-repo`/`--fill` and `--repo`/`--eval`
+name the repos and operators (comma-separated folder names, or `all`): to fill the graph from every
+sample operator and measure transfer to operators it has never seen (`bench/unseen_ops`):
+
+    python bench/cold_warm.py --budget 16 --fill-repo sample_ops --fill all --repo bench/unseen_ops --eval all
+
+Repo paths are taken from the current directory, else from the project root. Each repo is copied to a
+temporary folder first (without `.kope/`), so neither checkout is touched.
 """
 
 from __future__ import annotations
@@ -28,6 +38,7 @@ from pathlib import Path
 from tabulate import tabulate
 
 ROOT = Path(__file__).resolve().parent.parent
+SAMPLE_OPS = ROOT / "sample_ops"
 FILL = ["softmax", "layernorm", "gelu", "transpose"]
 EVAL = ["rmsnorm", "rowsum", "swiglu", "sgemm"]
 REACHED = 0.95  # within 5% of the cold best counts as reaching it: paired timing noise is of that order
@@ -76,24 +87,70 @@ def reach(cold: dict, warm: dict) -> int | None:
     return None
 
 
-def main() -> None:
+def repo_path(arg: str) -> Path:
+    """A repo named on the command line: from the current directory, else from the project root."""
+    for path in (Path(arg), ROOT / arg):
+        if path.is_dir():
+            return path.resolve()
+    sys.exit(f"no operator repo {arg!r} (looked in {Path.cwd()} and {ROOT})")
+
+
+def operators(repo: Path) -> list[str]:
+    """The repo's operator folders: those holding a test module."""
+    return sorted(d.name for d in repo.iterdir() if d.is_dir() and any(d.glob("test_*.py")))
+
+
+def chosen(repo: Path, arg: str, what: str) -> list[str]:
+    """`all`, or the comma-separated operators of `arg`, each checked against the repo's folders."""
+    found = operators(repo)
+    if arg == "all":
+        return found
+    names = [n for n in arg.split(",") if n]
+    if missing := [n for n in names if n not in found]:
+        sys.exit(f"--{what}: no operator {', '.join(missing)} in {repo} (it has {', '.join(found)})")
+    return names
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--budget", type=int, default=16)
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "cold_warm.json"))
-    args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="kope-coldwarm-"))
-    repo = work / "ops"
-    shutil.copytree(ROOT / "sample_ops", repo, ignore=shutil.ignore_patterns(".kope", "__pycache__"))
-    filled = work / "filled.db"
+    parser.add_argument("--fill-repo", default=str(SAMPLE_OPS), help="the repo the graph is filled from")
+    parser.add_argument("--fill", default=",".join(FILL), help="operators that fill the graph, or all")
+    parser.add_argument("--repo", default=str(SAMPLE_OPS), help="the repo of the evaluated operators")
+    parser.add_argument("--eval", default=",".join(EVAL), help="operators evaluated cold and warm, or all")
+    args = parser.parse_args(argv)
+    args.fill_repo, args.repo = repo_path(args.fill_repo), repo_path(args.repo)
+    args.fill, args.eval = chosen(args.fill_repo, args.fill, "fill"), chosen(args.repo, args.eval, "eval")
+    if not args.fill or not args.eval:
+        sys.exit("nothing to fill from or nothing to evaluate")
+    if args.fill_repo == args.repo and (both := sorted(set(args.fill) & set(args.eval))):
+        print(
+            f"note: {', '.join(both)} both fill the graph and are evaluated: warm then measures recall, not transfer"
+        )
+    return args
 
-    fill = optimize(repo, FILL, filled, args.budget, "fill")
-    # Each operator alone, so neither run learns from the other half's operators during the run:
-    # cold from an empty graph, warm from a fresh copy of the filled one.
+
+def copies(work: Path, args: argparse.Namespace) -> tuple[Path, Path]:
+    """Copies of the fill repo and the evaluated repo (one copy when they are the same repo)."""
+    ignore = shutil.ignore_patterns(".kope", "__pycache__")
+    repo = work / "ops"
+    shutil.copytree(args.repo, repo, ignore=ignore)
+    if args.fill_repo == args.repo:
+        return repo, repo
+    fill_repo = work / "fill-ops"
+    shutil.copytree(args.fill_repo, fill_repo, ignore=ignore)
+    return fill_repo, repo
+
+
+def evaluate(repo: Path, ops: list[str], filled: Path, work: Path, budget: int) -> tuple[dict, dict]:
+    """Each operator alone, so neither run learns from the other evaluated operators during the run:
+    cold from an empty graph, warm from a fresh copy of the filled one."""
     cold_runs, warm_runs = [], []
-    for op in EVAL:
-        cold_runs.append(optimize(repo, [op], work / f"cold-{op}.db", args.budget, f"cold-{op}"))
+    for op in ops:
+        cold_runs.append(optimize(repo, [op], work / f"cold-{op}.db", budget, f"cold-{op}"))
         shutil.copy(filled, work / f"warm-{op}.db")
-        warm_runs.append(optimize(repo, [op], work / f"warm-{op}.db", args.budget, f"warm-{op}"))
+        warm_runs.append(optimize(repo, [op], work / f"warm-{op}.db", budget, f"warm-{op}"))
     cold = {
         "operators": [r["operators"][0] for r in cold_runs],
         "wall_s": sum(r["wall_s"] for r in cold_runs),
@@ -103,7 +160,11 @@ def main() -> None:
         "operators": [r["operators"][0] for r in warm_runs],
         "wall_s": sum(r["wall_s"] for r in warm_runs),
     }
+    return cold, warm
 
+
+def compare(cold: dict, warm: dict) -> tuple[list[dict], list[tuple]]:
+    """Per operator: the JSON result and the table row."""
     rows, results = [], []
     for c, w in zip(cold["operators"], warm["operators"]):
         warm_reach = reach(c, w)
@@ -133,6 +194,12 @@ def main() -> None:
                 share,
             )
         )
+    return results, rows
+
+
+def show(
+    args: argparse.Namespace, fill: dict, cold: dict, warm: dict, results: list[dict], rows: list
+) -> None:
     headers = [
         "operator",
         "cold best",
@@ -142,10 +209,13 @@ def main() -> None:
         "warm evals to cold's best",
         "warm/cold",
     ]
+    where = "" if args.fill_repo == args.repo == SAMPLE_OPS.resolve() else f" of {label(args.fill_repo)}"
     print(
-        f"budget {args.budget} evaluations per operator; filled from {', '.join(FILL)} "
+        f"budget {args.budget} evaluations per operator; filled from {', '.join(args.fill)}{where} "
         f"({fill['wall_s']:.0f} s); cold {cold['wall_s']:.0f} s, warm {warm['wall_s']:.0f} s"
     )
+    if args.repo != args.fill_repo:
+        print(f"evaluated: {', '.join(args.eval)} of {label(args.repo)}")
     print(tabulate(rows, headers=headers))
     shares = [
         r["warm_evals_to_cold_best"] / r["cold_evals_to_best"]
@@ -158,14 +228,33 @@ def main() -> None:
             f"median warm/cold evaluations to cold's best: {statistics.median(shares):.2f} (goal <= 0.5); "
             f"warm never reached cold's best on {missed} of {len(results)}"
         )
+
+
+def label(repo: Path) -> str:
+    """A repo as the JSON and the table name it: relative to the project root when inside it."""
+    return str(repo.relative_to(ROOT)) if repo.is_relative_to(ROOT) else str(repo)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse(argv)
+    work = Path(tempfile.mkdtemp(prefix="kope-coldwarm-"))
+    fill_repo, repo = copies(work, args)
+    filled = work / "filled.db"
+
+    fill = optimize(fill_repo, args.fill, filled, args.budget, "fill")
+    cold, warm = evaluate(repo, args.eval, filled, work, args.budget)
+    results, rows = compare(cold, warm)
+    show(args, fill, cold, warm, results, rows)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(
         json.dumps(
             {
                 "budget": args.budget,
-                "fill": FILL,
-                "eval": EVAL,
+                "fill_repo": label(args.fill_repo),
+                "fill": args.fill,
+                "repo": label(args.repo),
+                "eval": args.eval,
                 "results": results,
                 "hardware": cold.get("hardware_name"),
                 "wall_s": {"fill": fill["wall_s"], "cold": cold["wall_s"], "warm": warm["wall_s"]},
