@@ -87,7 +87,15 @@ def plans(repo: Path, names: list[str] | None) -> list[Plan]:
         performance = [i.nodeid for i in items if is_performance_test(i)]
         files = sorted({Path(str(i.path)) for i in items})
         out.append(
-            Plan(op, repo, repo / "pytest.ini", files, correctness, performance, dict(tc.environment()))
+            Plan(
+                op,
+                repo,
+                repo / "pytest.ini",
+                files,
+                correctness,
+                performance,
+                {**tc.passed_env(), **tc.environment()},
+            )
         )
     return out
 
