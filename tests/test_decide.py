@@ -107,3 +107,11 @@ def test_with_several_devices_the_undecided_gains_get_their_second_look_too() ->
     assert judge.calls == 3  # a twice (undecided, then crowned), b once (decided not better)
     assert [v.outcome for v in verdicts] == [Outcome.BETTER, Outcome.OK]
     assert any("second look" in n for n in verdicts[0].notes)
+
+
+def test_with_several_devices_a_gain_undecided_twice_stays_ok_with_one_note() -> None:
+    judge = ScriptedTimings(timing(1.09, 0.98, 1.20), timing(1.08, 0.97, 1.19))
+    judge.plan = type("plan", (), {"devices": [0, 1]})
+    (verdict,) = judge_batch(judge, [judged("a").candidate], incumbent(), GAIN, [].append, [].append)
+    assert judge.calls == 2 and verdict.outcome == Outcome.OK
+    assert sum("second look" in n for n in verdict.notes) == 1

@@ -80,11 +80,11 @@ def judge_batch(
     verdicts = judged_only(judge.correctness(batch), fault)
     if len(judge.plan.devices) > 1:  # one timing worker per device, all against one incumbent
         survivors = [j for j in verdicts if j.outcome.correct]
-        for _ in range(2):  # then a second look for the undecided gains, as in `time_and_decide`
+        for look in (1, 2):  # then a second look for the undecided gains, as in `time_and_decide`
             judge.performance_many(survivors, incumbent.candidate)
             for j in judged_only(survivors, fault):
                 decide(j, incumbent, min_gain)
-            survivors = [j for j in survivors if not j.fault and undecided_gain(j, min_gain)]
+            survivors = [j for j in survivors if look == 1 and not j.fault and undecided_gain(j, min_gain)]
             for j in survivors:
                 j.notes.append(f"second look: the first timing left {j.ratio:.2f}x undecided")
         verdicts = [j for j in verdicts if not j.fault]
