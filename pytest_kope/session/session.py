@@ -177,10 +177,13 @@ class KopeSession:
         if self.since_line:
             self.say(self.since_line)
         s = self.settings
-        self.say(
-            f"kope: run {self.run_id}, agent {s.agent} ({self.agent.name}), budget {s.budget} "
-            f"evaluations per operator, {len(self.operators)} operator(s)"
-        )
+        if s.check_only:  # nothing is optimized: no agent, no budget to speak of
+            self.say(f"kope: check {self.run_id}, {len(self.operators)} operator(s)")
+        else:
+            self.say(
+                f"kope: run {self.run_id}, agent {s.agent} ({self.agent.name}), budget {s.budget} "
+                f"evaluations per operator, {len(self.operators)} operator(s)"
+            )
         self._toolchains()
         for line in sandbox.isolation_summary():
             self.say(f"kope: isolation: {line}")
