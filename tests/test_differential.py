@@ -139,6 +139,54 @@ def test_counts_what_each_test_really_ran(tmp_path):
     assert sorted(base.tests_passed) == sorted(IDS)
 
 
+RELU = """\
+// kope: kernel void relu(const float *x, float *y, int n)
+void relu(const float *x, float *y, int n) {
+    for (int i = 0; i < n; i++) y[i] = x[i] < 0 ? 0.0f : x[i];
+}
+"""
+RELU_TESTS = """\
+import numpy as np
+import pytest
+from pytest_kope import assert_close
+
+pytestmark = pytest.mark.kope("relu", source="relu.c")
+
+
+def test_one_negative_value(kernel):
+    x = np.array([-8.0], dtype=np.float32)
+    y = np.empty_like(x)
+    kernel.relu(x, y, 1)
+    assert_close(y, np.maximum(x, 0), rtol=1e-5, atol=1e-2)  # lenient: the differential must judge
+"""
+
+
+def test_an_all_zero_output_is_judged_at_the_inputs_resolution_not_as_exact(tmp_path):
+    """Seen in a main job: one gelu of x = -8 is exactly 0 from the committed tanhf, and 2e-9 from an
+    honest exp-based candidate; with no floor, half of gelu's space was rejected for it. An error
+    below the float resolution of the call's largest input is rounding; one above it is still named."""
+    (tmp_path / "relu.c").write_text(RELU)
+    (tmp_path / "test_relu.py").write_text(RELU_TESTS)
+    (tmp_path / "pytest.ini").write_text("[pytest]\nfilterwarnings = error\n")
+    op = Operator("relu", tmp_path / "relu.c", "c", "elementwise")
+    ids = ["test_relu.py::test_one_negative_value"]
+    env = {"OMP_WAIT_POLICY": "passive"}
+    plan = Plan(op, tmp_path, tmp_path / "pytest.ini", [tmp_path / "test_relu.py"], ids, [], env)
+    judge = Judge(plan, lambda c: [])
+    try:
+        assert judge.baseline(plan.operator.baseline()).outcome == Outcome.OK
+        rounding, leaky = judge.correctness(
+            [
+                _candidate(plan, RELU.replace("? 0.0f : x[i]", "? x[i] * 1e-9f : x[i]")),
+                _candidate(plan, RELU.replace("? 0.0f : x[i]", "? x[i] * 1e-3f : x[i]")),
+            ]
+        )
+    finally:
+        judge.close()
+    assert rounding.outcome == Outcome.OK, rounding.failures
+    assert leaky.outcome == Outcome.INCORRECT and "differential" in leaky.failures[0], leaky.failures
+
+
 TRITON_KERNEL = """\
 # kope: kernel softmax(x: in, y: out, rows, cols)
 import triton

@@ -92,8 +92,9 @@ def digest(value: Any) -> int:
     return zlib.crc32(np.ascontiguousarray(h).view(np.uint8).data) if h is not None else 0
 
 
-def mismatch(got: np.ndarray, want: np.ndarray, rtol: float = DEFAULT_RTOL) -> str:
-    """Why `got` does not match `want` norm-wise (largest error over the largest magnitude), or "".
+def mismatch(got: np.ndarray, want: np.ndarray, rtol: float = DEFAULT_RTOL, atol: float = 0.0) -> str:
+    """Why `got` does not match `want` norm-wise (largest error over the largest magnitude, plus an
+    absolute floor `atol` for outputs whose magnitude says nothing, e.g. all zero), or "".
 
     Non-finite values must sit in the same places; where `want` is finite and `got` is not, that is
     named first, since it is the typical failure of an unsafe fast path (overflow, skipped max).
@@ -104,7 +105,7 @@ def mismatch(got: np.ndarray, want: np.ndarray, rtol: float = DEFAULT_RTOL) -> s
         bad = int(np.count_nonzero(got != want))
         return f"{bad} of {got.size} elements differ" if bad else ""
     if got.dtype.kind == "f" and got.dtype.itemsize <= 4 and want.dtype == got.dtype:
-        fast = _all_finite_mismatch(got, want, rtol)
+        fast = _all_finite_mismatch(got, want, rtol, atol)
         if fast is not None:
             return fast
     with np.errstate(invalid="ignore"):  # the poison is a signalling NaN: converting it is fine here
@@ -119,12 +120,17 @@ def mismatch(got: np.ndarray, want: np.ndarray, rtol: float = DEFAULT_RTOL) -> s
         return ""
     scale = float(np.abs(w[fin_w]).max())
     worst = float(np.abs(g[fin_w] - w[fin_w]).max())
-    if worst > rtol * scale + 1e-30:
-        return f"max error {worst:.3g} > {rtol:g} of max |expected| {scale:.3g}"
+    return _verdict(worst, scale, rtol, atol)
+
+
+def _verdict(worst: float, scale: float, rtol: float, atol: float) -> str:
+    if worst > rtol * scale + atol + 1e-30:
+        floor = f" + {atol:.3g}" if atol else ""
+        return f"max error {worst:.3g} > {rtol:g} of max |expected| {scale:.3g}{floor}"
     return ""
 
 
-def _all_finite_mismatch(got: np.ndarray, want: np.ndarray, rtol: float) -> str | None:
+def _all_finite_mismatch(got: np.ndarray, want: np.ndarray, rtol: float, atol: float = 0.0) -> str | None:
     """`mismatch` for the common case, both all finite, in float32 and in cache-sized chunks through
     one small buffer, instead of float64 copies and boolean-indexed ones (a 16M-element output:
     ~1 s -> ~0.012 s); None otherwise. A difference of two float32 values near each other is exact,
@@ -144,9 +150,7 @@ def _all_finite_mismatch(got: np.ndarray, want: np.ndarray, rtol: float) -> str 
             d = np.subtract(gc, wc, out=buffer[: gc.size], dtype=buffer.dtype)
             worst = max(worst, float(d.max()), -float(d.min()))
             scale = max(scale, hi_w, -lo_w)
-    if worst > rtol * scale + 1e-30:
-        return f"max error {worst:.3g} > {rtol:g} of max |expected| {scale:.3g}"
-    return ""
+    return _verdict(worst, scale, rtol, atol)
 
 
 def scaled(value: np.ndarray, factor: float, offset: float = 0.0) -> np.ndarray:
