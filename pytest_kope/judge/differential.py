@@ -249,21 +249,21 @@ def _where(entry: dict[str, Any]) -> str:
     return f"differential check vs the committed kernel, {entry['function']}() inputs of {entry['test'] or 'a test'} {entry['transform']}"
 
 
+def _magnitude(x: np.ndarray) -> float:
+    """The largest finite magnitude of a floating array (0 when it holds none)."""
+    finite = np.isfinite(x)
+    return float(np.abs(x[finite]).max()) if finite.any() else 0.0
+
+
 def _peak(arrays_in: Any) -> float:
     """The largest finite magnitude among a call's floating inputs (0 when there is none)."""
-    peaks = [
-        float(np.abs(x[np.isfinite(x)]).max())
-        for x in arrays_in
-        if x.dtype.kind == "f" and np.isfinite(x).any()
-    ]
-    return max(peaks, default=0.0)
+    return max((_magnitude(x) for x in arrays_in if x.dtype.kind == "f"), default=0.0)
 
 
 def _transform(x: np.ndarray, factor: float, offset: float) -> np.ndarray:
     if x.dtype.kind != "f" or (factor == 1.0 and offset == 0.0):
         return x.copy()
-    peak = float(np.abs(x[np.isfinite(x)]).max()) if np.isfinite(x).any() else 0.0
-    return arrays.scaled(x, factor, offset * (peak or 1.0))
+    return arrays.scaled(x, factor, offset * (_magnitude(x) or 1.0))
 
 
 def _values(call: Recorded, inputs: dict[int, np.ndarray]) -> tuple:

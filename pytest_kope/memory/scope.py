@@ -40,13 +40,16 @@ def _simd(fp: Mapping[str, Any]) -> str:
     return str(value or "")
 
 
-def _model(fp: Mapping[str, Any]) -> str:
-    """What the kernels run on: the accelerator when there is one (a Triton kernel's lessons belong
-    to the H200, not to the Xeon that launched it), else the CPU."""
+def _accelerator(fp: Mapping[str, Any]) -> str:
+    """The accelerator the kernels run on ("" on a CPU, the Triton interpreter's included): a Triton
+    kernel's lessons belong to the H200, not to the Xeon that launched it."""
     device = str(fp.get("device") or "")
-    if device and not device.lower().startswith("cpu"):
-        return device
-    return str(_first(fp, "model", "cpu", "cpu_model", "device", "device_name") or "")
+    return "" if device.lower().startswith("cpu") else device
+
+
+def _model(fp: Mapping[str, Any]) -> str:
+    """What the kernels run on: the accelerator when there is one, else the CPU."""
+    return _accelerator(fp) or str(_first(fp, "model", "cpu", "cpu_model", "device", "device_name") or "")
 
 
 def hardware_row(fingerprint: Mapping[str, Any]) -> dict[str, Any]:
@@ -71,10 +74,9 @@ def hardware_label(fingerprint: Mapping[str, Any]) -> str:
     fp = dict(fingerprint)
     if fp.get("label"):
         return str(fp["label"])
-    model = _model(fp)
-    on_device = model != str(_first(fp, "model", "cpu", "cpu_model", "device", "device_name") or "")
-    model = " ".join(w for w in model.replace("(R)", "").replace("(TM)", "").split() if w != "Processor")
-    best = "" if on_device else level_of({**fp, "simd": _simd(fp).lower().split()})  # host SIMD: moot
+    model = " ".join(w for w in _model(fp).replace("(R)", "").replace("(TM)", "").split() if w != "Processor")
+    # the host's SIMD level says nothing about kernels that run on an accelerator
+    best = "" if _accelerator(fp) else level_of({**fp, "simd": _simd(fp).lower().split()})
     words = [w for w in (model[:40], best) if w]
     return " ".join(words) or str(_first(fp, "arch", "machine") or "unknown hardware")
 
