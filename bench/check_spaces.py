@@ -33,6 +33,7 @@ sys.path.insert(0, str(ROOT))
 from bench.overhead import plans  # noqa: E402
 from pytest_kope.candidate import Candidate  # noqa: E402
 from pytest_kope.judge.runner import Judge, Plan  # noqa: E402
+from pytest_kope.toolchains.base import judging_env  # noqa: E402
 from pytest_kope.toolchains.c import CToolchain  # noqa: E402
 
 TARGETS = ["", "-march=haswell"]
@@ -41,9 +42,7 @@ TARGETS = ["", "-march=haswell"]
 def check(plan: Plan, target: str) -> tuple[int, list[tuple[dict, str]], float]:
     """(points judged, failing points with their first failure, seconds) for one operator and target."""
     tc = CToolchain(target_flags=target or None)
-    plan = dataclasses.replace(
-        plan, toolchain_env={**tc.passed_env(), **tc.environment()}, fork_server=True, sequential=True
-    )
+    plan = dataclasses.replace(plan, toolchain_env=judging_env(tc), fork_server=True, sequential=True)
     op = plan.operator
     points = list(op.spec.space.points())
     judge = Judge(plan, tc.screen)

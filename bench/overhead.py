@@ -41,6 +41,7 @@ from pytest_kope.judge.outcome import Judged  # noqa: E402
 from pytest_kope.judge.runner import Judge, Plan  # noqa: E402
 from pytest_kope.operator import is_performance_test, operator_of  # noqa: E402
 from pytest_kope.session.decide import time_and_decide  # noqa: E402
+from pytest_kope.toolchains.base import judging_env  # noqa: E402
 from pytest_kope.toolchains.c import CToolchain  # noqa: E402
 
 PHASES = ["build", "start", "correctness", "timing", "kernel", "verification", "bookkeeping"]
@@ -94,7 +95,7 @@ def plans(repo: Path, names: list[str] | None) -> list[Plan]:
                 files,
                 correctness,
                 performance,
-                {**tc.passed_env(), **tc.environment()},
+                judging_env(tc),
             )
         )
     return out

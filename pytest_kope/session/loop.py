@@ -26,7 +26,7 @@ from ..settings import SEED
 from ..spec import parse_spec
 from ..stopping import Slot, Stop, StopRule, stopped
 from ..toolchains import toolchain_of
-from ..toolchains.base import Toolchain
+from ..toolchains.base import Toolchain, judging_env
 from .commit import conclude
 from .decide import judge_batch
 
@@ -57,7 +57,7 @@ def plan_for(s: KopeSession, run: OperatorRun) -> tuple[Plan, Toolchain]:
         files,
         correctness,
         performance,
-        {**tc.passed_env(), **tc.environment()},  # what passes through, then its own settings
+        judging_env(tc),
         sandbox.Limits(wall_s=s.settings.timeout, device=bool(tc.count_devices())),
         s.settings.seeds,
         s.settings.jobs,

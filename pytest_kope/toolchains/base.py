@@ -107,6 +107,12 @@ class Toolchain(Protocol):
         """The source with a winner's tuning values written in as its defaults (the committed file)."""
 
 
+def judging_env(toolchain: Toolchain) -> dict[str, str]:
+    """What every judging child of `toolchain` gets from the controller: the variables it passes
+    through, then its own settings. One place, so a bench's children judge as a run's do."""
+    return {**toolchain.passed_env(), **toolchain.environment()}
+
+
 class ToolchainBase:
     """Defaults a toolchain shares with most others; a new toolchain subclasses it and sets what differs."""
 
