@@ -41,6 +41,11 @@ def undecided_gain(j: Judged, min_gain: float) -> bool:
     return j.outcome == Outcome.OK and ratio is not None and ratio > 1.0 + min_gain and not beats(j, min_gain)
 
 
+def second_look(j: Judged) -> None:
+    """Say in the verdict's notes why it is timed again."""
+    j.notes.append(f"second look: the first timing left {j.ratio:.2f}x (low {j.ratio_low:.2f}) undecided")
+
+
 def time_and_decide(
     judge: Judge, j: Judged, incumbent: Judged, min_gain: float, fault: Callable[[Judged], None]
 ) -> bool:
@@ -54,7 +59,7 @@ def time_and_decide(
             return False
         if decide(j, incumbent, min_gain) or look == 2 or not undecided_gain(j, min_gain):
             return j.outcome == Outcome.BETTER
-        j.notes.append(f"second look: the first timing left {j.ratio:.2f}x (low {j.ratio_low:.2f}) undecided")
+        second_look(j)
     return False
 
 
@@ -86,7 +91,7 @@ def judge_batch(
                 decide(j, incumbent, min_gain)
             survivors = [j for j in survivors if look == 1 and not j.fault and undecided_gain(j, min_gain)]
             for j in survivors:
-                j.notes.append(f"second look: the first timing left {j.ratio:.2f}x undecided")
+                second_look(j)
         verdicts = [j for j in verdicts if not j.fault]
         winners = [j for j in verdicts if j.outcome == Outcome.BETTER]
         fastest = max(winners, key=lambda w: w.speedup or 0.0, default=None)
