@@ -5,7 +5,6 @@ Without `--kope-optimize` it only serves fixtures to tests that ask for them, so
 
 from __future__ import annotations
 
-import argparse
 import os
 import random
 import zlib
@@ -32,249 +31,11 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     pluginmanager.add_hookspecs(hookspecs)
 
 
-def _option(
-    group: Any, parser: pytest.Parser, name: str, help: str, ini_type: Any = "string", **kwargs: Any
-) -> None:
-    """A `--kope-x` option that, where `ini_type` is given, is also the ini option `kope_x`."""
-    group.addoption(f"--{name}", dest=name.replace("-", "_"), help=help, **kwargs)
-    if ini_type:
-        parser.addini(name.replace("-", "_"), help=help.split(";")[0], type=ini_type, default=None)
-
-
 def pytest_addoption(parser: pytest.Parser) -> None:
-    """The --kope-* options and kope_* ini values."""
-    g = parser.getgroup("kope", "kernel optimization (pytest-kope)")
-    _search_options(g, parser)
-    _output_options(g, parser)
-    _judge_options(g, parser)
-    _executor_options(g, parser)
-    _review_options(g, parser)
-    _toolchain_options(parser)
+    """The --kope-* options and kope_* ini values (`options.py`)."""
+    from .options import add_options
 
-
-def _search_options(g: Any, parser: pytest.Parser) -> None:
-    """What to optimize, with which agent, and how long."""
-    g.addoption(
-        "--kope-optimize",
-        action="store_true",
-        dest="kope_optimize",
-        help="optimize the kernels of the selected operators instead of only testing them",
-    )
-    g.addoption(
-        "--kope-check",
-        action="store_true",
-        dest="kope_check",
-        help="check the repo's kope operators without optimizing: toolchains, tests, fresh inputs, "
-        "whether each committed kernel passes in a judging child, the isolation available",
-    )
-    _option(g, parser, "kope-budget", "most evaluations per operator (default 24)", type=int)
-    _option(
-        g,
-        parser,
-        "kope-patience",
-        "stop an operator after N successive evaluations without a gain (default 8; 0: never)",
-        type=int,
-    )
-    _option(
-        g,
-        parser,
-        "kope-explore",
-        "least share of the tuner's proposals that ignore the experience graph and explore "
-        "(default 0.1; the bandit may explore more)",
-        type=float,
-    )
-    _option(
-        g,
-        parser,
-        "kope-time-budget",
-        "minutes the whole optimize run may take, shared among the operators (default: no limit)",
-        type=float,
-    )
-    _option(
-        g,
-        parser,
-        "kope-agent",
-        "who proposes candidates: auto (claude when ANTHROPIC_API_KEY is set, else "
-        "tuner), tuner, claude, replay:DIR (default auto)",
-    )
-    _option(g, parser, "kope-model", "model for the claude agent (default: $KOPE_MODEL or claude-sonnet-4-5)")
-    _option(g, parser, "kope-max-tokens", "cap on LLM tokens (input+output) for the whole run", type=int)
-
-
-def _output_options(g: Any, parser: pytest.Parser) -> None:
-    """Where the experience, the winners and the report go."""
-    _option(g, parser, "kope-db", "experience graph file (default <rootdir>/.kope/experience.db)")
-    _option(g, parser, "kope-branch-prefix", "branch prefix for verified winners (default kope/)")
-    g.addoption(
-        "--kope-no-commit",
-        action="store_true",
-        dest="kope_no_commit",
-        help="do not commit winners to git branches (report only)",
-    )
-    _option(g, parser, "kope-report", "also write the run's JSON report to this path", ini_type=None)
-
-
-def _judge_options(g: Any, parser: pytest.Parser) -> None:
-    """How candidates are judged: seeds, gain, limits, isolation, workers, devices."""
-    _option(
-        g,
-        parser,
-        "kope-seed",
-        "seed of the `rng` fixture (default: fresh each run, shown in the header)",
-        ini_type=None,
-        type=int,
-    )
-    _option(
-        g, parser, "kope-seeds", "seeds each candidate's correctness tests run with (default 2)", type=int
-    )
-    _option(
-        g,
-        parser,
-        "kope-min-gain",
-        "smallest speedup counted as a gain beyond noise (default 0.05, i.e. 5 percent)",
-        type=float,
-    )
-    _option(g, parser, "kope-timeout", "seconds a candidate's test process may run (default 120)", type=float)
-    _option(
-        g,
-        parser,
-        "kope-allow-unjailed",
-        "run candidates of agents other than the tuner (claude, replay:DIR, plugins) even where the "
-        "bubblewrap jail does not work (default: refuse to start, see apt-get install bubblewrap)",
-        ini_type="bool",
-        action="store_true",
-        default=None,
-    )
-    _option(g, parser, "kope-jobs", "parallel correctness workers (default: number of cores)", type=int)
-    g.addoption(
-        "--kope-fork-server",
-        "--no-kope-fork-server",
-        action=_Toggle,
-        dest="kope_fork_server",
-        default=None,
-        help="judge in children forked from warm per-operator fork servers, each candidate built once "
-        "(default); --no-kope-fork-server starts a fresh process per judgement, each building its own",
-    )
-    parser.addini(
-        "kope_fork_server", type="bool", default=None, help="judge in forked children (default true)"
-    )
-    parser.addini(
-        "kope_include",
-        type="linelist",
-        default=[],
-        help="include directories (relative to the ini file) for every operator's kernel build, read-only",
-    )
-    parser.addini(
-        "kope_plugins",
-        type="linelist",
-        default=[],
-        help="pytest plugins (module names) that judging children load besides pytest-kope",
-    )
-    _option(
-        g, parser, "kope-devices", "accelerator devices for performance judging, e.g. 0,1 (default: auto)"
-    )
-
-
-def _executor_options(g: Any, parser: pytest.Parser) -> None:
-    """Where judging children run, and how many operators are optimized at once."""
-    _option(
-        g,
-        parser,
-        "kope-executor",
-        "where judging children run: local (this machine, default) or ray (a Ray cluster: the one at "
-        "$RAY_ADDRESS, else a local one; needs pip install 'pytest-kope[ray]')",
-    )
-    _option(
-        g,
-        parser,
-        "kope-concurrency",
-        "operators optimized at once, each with its own budget (default 1)",
-        type=int,
-    )
-    _option(
-        g,
-        parser,
-        "kope-ray-repo",
-        "how Ray workers get the operator repo: ship (as the tasks' working dir, default) or shared "
-        "(the same path on every node)",
-    )
-
-
-def _review_options(g: Any, parser: pytest.Parser) -> None:
-    """Pushing winners and opening pull requests; which operators a CI run takes."""
-    _option(
-        g,
-        parser,
-        "kope-push",
-        "push each new winner's branch to this git remote, with a lease on the tip it read, after "
-        "fetching the remote's kope/* branches (default: no push)",
-    )
-    _option(
-        g,
-        parser,
-        "kope-pr",
-        "open (or update) one pull request per new winner on the forge: GitHub, GitHub Enterprise "
-        "or GitLab; pushes to --kope-push or origin; token from GITHUB_TOKEN, GITLAB_TOKEN or "
-        "the variable ini kope_forge_token_env names",
-        ini_type="bool",
-        action="store_true",
-        default=None,
-    )
-    _option(
-        g,
-        parser,
-        "kope-peers",
-        "after verifying a winner, time it next to its kernel-only peers (torch eager with out=, "
-        "torch.compile, numpy/OpenBLAS) and the measured roofline, in a jailed child, and put the "
-        "headline in report.md and the pull request (informational; operators the peers know)",
-        ini_type="bool",
-        action="store_true",
-        default=None,
-    )
-    _option(
-        g,
-        parser,
-        "kope-since",
-        "optimize only the operators whose kernel source or test modules changed since this git "
-        "revision (plus any -k names)",
-    )
-    parser.addini("kope_forge", help="github or gitlab (default: gitlab under GitLab CI, else github)")
-    parser.addini(
-        "kope_forge_url", help="forge API URL (default: $GITHUB_API_URL, $CI_SERVER_URL, or from the remote)"
-    )
-    parser.addini(
-        "kope_forge_repo", help="owner/name or GitLab project (default: $GITHUB_REPOSITORY, $CI_PROJECT_ID)"
-    )
-    parser.addini("kope_forge_token_env", help="name of the environment variable that holds the forge token")
-    parser.addini("kope_pr_base", help="branch pull requests target (default: the branch the run started on)")
-
-
-def _toolchain_options(parser: pytest.Parser) -> None:
-    """How the C toolchain builds: what a library may import, and for which machines it is tuned."""
-    parser.addini(
-        "kope_allow_symbols",
-        type="linelist",
-        default=[],
-        help="symbols (names or fnmatch globs) a built C/C++ kernel library may import besides the "
-        "built-in allow-list (libm, memory/string libc, OpenMP, the C++ runtime)",
-    )
-    parser.addini(
-        "kope_c_target_flags",
-        type="args",
-        default=[],
-        help="compiler flags added after every C/C++ candidate's own, to tune for the machines the "
-        "kernels will run on, e.g. -mno-avx512f (default: $KOPE_C_TARGET_FLAGS)",
-    )
-
-
-class _Toggle(argparse.Action):
-    """`--x` sets True, `--no-x` sets False (argparse.BooleanOptionalAction, which pytest's parser lacks)."""
-
-    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any):
-        super().__init__(option_strings, dest, nargs=0, **kwargs)
-
-    def __call__(self, parser: Any, namespace: Any, values: Any, option_string: str | None = None) -> None:
-        setattr(namespace, self.dest, not (option_string or "").startswith("--no-"))
+    add_options(parser)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -315,6 +76,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
     """A failing operator test says which operator and which kernel file it judged."""
+    from .candidate import Candidate
+
     report = yield
     if report.failed and hasattr(report.longrepr, "addsection"):
         op = operator_of(item)
@@ -322,7 +85,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
             candidate = item.funcargs.get("kope_candidate") if hasattr(item, "funcargs") else None
             which = (
                 f" (candidate {candidate.short}, {candidate.params})"
-                if candidate and candidate.agent != "baseline"
+                if isinstance(candidate, Candidate) and candidate.agent != "baseline"
                 else ""
             )
             report.longrepr.addsection("kope", f"operator {op.name!r} failed with kernel {op.source}{which}")
@@ -366,9 +129,12 @@ def kernel(
     request: pytest.FixtureRequest, kope_operator: Operator, kope_candidate: Candidate
 ) -> GuardedKernel:
     """The operator's kernel, built by its toolchain; calls are checked by the oracle guards."""
+    from .judge import perfinputs
     from .judge.building import build_cached
     from .judge.guards import GuardedKernel
 
+    if perfinputs.ACTIVE is not None:  # a fork server recording a perf test's inputs: no code
+        return perfinputs.StandInKernel()  # type: ignore[return-value]
     with failing():
         return GuardedKernel(build_cached(request.config, kope_operator, kope_candidate))
 
@@ -376,9 +142,12 @@ def kernel(
 @pytest.fixture
 def kope_bench(request: pytest.FixtureRequest, kernel: GuardedKernel) -> Bench:
     """Time a kernel call: `kope_bench(kernel.softmax, x, y, rows, cols)`; marks the test as a performance test."""
+    from .judge import perfinputs
     from .judge.bench import Bench
     from .toolchains import toolchain_of
 
+    if perfinputs.ACTIVE is not None:  # a fork server recording a perf test's inputs
+        return perfinputs.RecordingBench(perfinputs.ACTIVE)  # type: ignore[return-value]
     timer = toolchain_of(request.config, kernel.kernel.candidate.toolchain).timer()
     return Bench(request.node.nodeid, timer, bench_session(request.config), pytest.skip)
 

@@ -107,9 +107,9 @@ PARRICIDE = KERNEL.format(
 )
 
 
-def _plan(tmp_path: Path, jobs: int = 1) -> Plan:
+def _plan(tmp_path: Path, jobs: int = 1, tests: str = TESTS) -> Plan:
     (tmp_path / "scale.c").write_text(KERNEL.format(prelude="", body="", after=""))
-    (tmp_path / "test_scale.py").write_text(TESTS)
+    (tmp_path / "test_scale.py").write_text(tests)
     (tmp_path / "pytest.ini").write_text("[pytest]\nfilterwarnings = error\n")
     op = Operator("scale", tmp_path / "scale.c", "c", "elementwise")
     # the library screen would refuse fork/open/kill: switched off to test the next layers
@@ -334,3 +334,43 @@ def test_timed_outputs_of_in_place_kernels_are_checked_from_the_same_inputs():
             reference, candidate, (acc.copy(),), time.perf_counter, lambda: None, budget, ["inout"]
         )
         assert bool(paired.mismatch) == wrong, paired.mismatch
+
+
+# Imported once in the fork server (at collection), so only a body run there sees its own pid.
+PERF = """\
+import os
+
+IMPORTED_BY = os.getpid()
+
+
+def test_scale_perf(kernel, rng, kope_bench):
+    x = rng.standard_normal(1 << 16).astype(np.float32)
+    y = np.empty_like(x)
+    {before}
+    kope_bench(kernel.scale, x, y, x.size)
+    {after}
+"""
+
+
+@pytest.mark.parametrize(
+    "before,after",
+    [
+        ("assert os.getpid() == IMPORTED_BY, 'the body ran in a child'", ""),
+        ("kernel.scale(x, y, x.size)  # calls the kernel itself: runs in each child", ""),
+        ("", "assert_close(y, 2 * x, rtol=1e-6)  # checks outputs after timing: runs in each child"),
+    ],
+    ids=["recorded", "calls-the-kernel", "checks-after"],
+)
+def test_a_perf_tests_inputs_are_made_once_per_server(tmp_path, before, after):
+    plan = _plan(
+        tmp_path, tests=TESTS.split("def test_scale_perf")[0] + PERF.format(before=before, after=after)
+    )
+    judge = Judge(plan, lambda c: [])
+    twins = [_candidate(plan, KERNEL.format(prelude="", body="", after="") + "\n" * k) for k in (1, 2)]
+    try:
+        base = judge.baseline(plan.operator.baseline())
+        judged = [judge.performance(judge.correctness([t])[0], base.candidate) for t in twins]
+    finally:
+        judge.close()
+    for j in judged:
+        assert j.outcome == Outcome.OK and j.timings, j.failures

@@ -38,7 +38,7 @@ from ..candidate import Candidate
 from ..errors import KopeError
 from ..operator import Operator
 from ..settings import SEED
-from . import guards, sandbox
+from . import guards, perfinputs, sandbox
 from .protocol import sign
 
 CANDIDATE_SLOT = "kope-candidate"  # the placeholder a judgement binds its candidate into
@@ -65,6 +65,7 @@ class Server:
 
     def __init__(self, requests: int, replies: int, seeds: int, jailed: bool):
         self.requests, self.replies, self.seeds, self.jailed = requests, replies, max(1, seeds), jailed
+        self.forked = False  # True in a judging child, from the fork on
 
     def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
         if "kope_candidate" in metafunc.fixturenames:
@@ -89,11 +90,20 @@ class Server:
                 self._reply(self._serve(session, request))
         return True
 
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_pyfunc_call(self, pyfuncitem: pytest.Function) -> bool | None:
+        """A timing child times the inputs the server recorded instead of running the body again."""
+        if self.forked and perfinputs.replay(pyfuncitem, pyfuncitem.config.stash[SEED]):
+            return True
+        return None
+
     def _reply(self, message: dict[str, Any]) -> None:
         os.write(self.replies, (json.dumps(message) + "\n").encode())
 
     def _serve(self, session: pytest.Session, request: dict[str, Any]) -> dict[str, Any]:
         expected = _build_key(session, request) if request["op"] == "build" else None
+        if request["op"] == "judge":
+            _record_inputs(session, request["spec"])
         sys.stdout.flush()
         sys.stderr.flush()
         # Everything alive now is frozen out of the collector: a collection in the child would
@@ -118,6 +128,7 @@ class Server:
 
     def _child(self, session: pytest.Session, request: dict[str, Any]) -> None:
         code = 3
+        self.forked = True
         try:
             os.setsid()
             os.close(self.requests)  # the pipes carry other candidates' keys: gone before any loading
@@ -162,6 +173,27 @@ def judge(session: pytest.Session, request: dict[str, Any]) -> int:
     status = 1 if session.testsfailed else 0
     config.hook.pytest_sessionfinish(session=session, exitstatus=status)
     return status
+
+
+def _record_inputs(session: pytest.Session, spec: dict[str, Any]) -> None:
+    """Before a timing child is forked: run each selected perf test's body here once per seed, to
+    keep its inputs (`perfinputs`). Requests with fresh-input seeds (correctness) record nothing."""
+    from ..operator import base_nodeid, is_performance_test
+
+    if spec.get("seeds"):
+        return
+    seed, selected = int(spec.get("seed") or 1), set(spec["tests"])
+    for item in session.items:
+        params = (
+            item.callspec.params if isinstance(item, pytest.Function) and hasattr(item, "callspec") else {}
+        )
+        if (
+            is_performance_test(item)
+            and base_nodeid(item.nodeid) in selected
+            and params.get("kope_seed", 0) == 0
+        ):
+            session.config.stash[SEED] = seed
+            perfinputs.record(item, seed, {"kope_seed": seed})
 
 
 def _restart_clock(config: pytest.Config) -> None:
