@@ -123,7 +123,8 @@ class ForkServer:
         except OSError as e:
             self.stop()
             raise ServerDied(f"cannot reach the fork server: {e}") from None
-        reply = self._read(limits.wall_s + 30.0)
+        # a judge request may first run a perf test's body in the server (perfinputs): as long again
+        reply = self._read(limits.wall_s * (2 if op == "judge" else 1) + 30.0)
         sandbox.sweep(self.started.cgroup if self.started else None, self.own)
         log = work / "child.log"
         output = log.read_bytes()[-20000:].decode(errors="replace") if log.exists() else ""
