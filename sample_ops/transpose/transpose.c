@@ -10,7 +10,8 @@
 // (BLOCK = 0) walks x in order and writes y with a stride of `rows` floats, so
 // each store touches a new cache line, and with a power-of-two stride all of
 // them fight over the same cache sets. BLOCK > 0 transposes BLOCK x BLOCK tiles
-// so both sides stay in cache; THREADS splits the tile rows. NT copies each
+// so both sides stay in cache, moving 8 x 8 blocks through vector registers
+// where AVX is enabled; THREADS splits the tile rows. NT copies each
 // tile transposed into a local buffer and streams its rows into y as whole
 // aligned vectors, past the caches (see below); rows of x that would leave a
 // row of y unaligned (and every row, when rows is not a whole number of
@@ -65,6 +66,43 @@ static inline void put(float *dst, vf v) {
 #endif
 
 #define PRAGMA(x) _Pragma(#x)
+#define TR8 0
+
+#if BLOCK >= 8 && defined(__AVX__)
+#undef TR8
+#define TR8 1
+/* An 8 x 8 block moved in registers: eight row loads, three rounds of shuffles (pairs of floats,
+   then pairs of pairs, then halves), eight row stores, instead of 64 single-float moves. GCC vector
+   extensions; only where AVX is enabled (split into SSE halves it lost to the plain copy). */
+typedef float v8 __attribute__((vector_size(8 * sizeof(float))));
+typedef int i8 __attribute__((vector_size(8 * sizeof(int))));
+
+/* unaligned loads and stores of 8 floats (macros: no 32-byte vector crosses a function's ABI) */
+#define LD8(p) ({ v8 v_; __builtin_memcpy(&v_, (p), sizeof v_); v_; })
+#define ST8(p, v) do { v8 s_ = (v); __builtin_memcpy((p), &s_, sizeof s_); } while (0)
+
+/* dst[j * ld_dst + i] = src[i * ld_src + j] for i, j < 8 */
+static inline void tr8(const float *src, long ld_src, float *dst, long ld_dst) {
+    v8 r[8], t[8], u[8];
+    for (int i = 0; i < 8; i++)
+        r[i] = LD8(src + i * ld_src);
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = __builtin_shuffle(r[i], r[i + 1], (i8){0, 8, 1, 9, 4, 12, 5, 13});
+        t[i + 1] = __builtin_shuffle(r[i], r[i + 1], (i8){2, 10, 3, 11, 6, 14, 7, 15});
+    }
+    for (int i = 0; i < 8; i += 4)
+        for (int k = 0; k < 2; k++) {
+            u[i + k] = __builtin_shuffle(t[i + k], t[i + k + 2], (i8){0, 1, 8, 9, 4, 5, 12, 13});
+            u[i + k + 2] = __builtin_shuffle(t[i + k], t[i + k + 2], (i8){2, 3, 10, 11, 6, 7, 14, 15});
+        }
+    /* u[0..3] hold columns 0, 2, 1, 3 of rows 0-3 (low half) and 4, 6, 5, 7 (high half); u[4..7] rows 4-7 */
+    static const int col[4] = {0, 2, 1, 3};
+    for (int k = 0; k < 4; k++) {
+        ST8(dst + col[k] * ld_dst, __builtin_shuffle(u[k], u[k + 4], (i8){0, 1, 2, 3, 8, 9, 10, 11}));
+        ST8(dst + (col[k] + 4) * ld_dst, __builtin_shuffle(u[k], u[k + 4], (i8){4, 5, 6, 7, 12, 13, 14, 15}));
+    }
+}
+#endif
 
 #if NT
 static void plain_rows(const float *x, float *y, int rows, int cols, int lo, int hi) {
@@ -88,9 +126,16 @@ static void transpose_nt(const float *x, float *y, int rows, int cols) {
         for (int i0 = a0; i0 < a1; i0 += BLOCK) {
             for (int j0 = 0; j0 < cols; j0 += BLOCK) {
                 int w = cols - j0 < BLOCK ? cols - j0 : BLOCK;
-                for (int i = 0; i < BLOCK; i++)
-                    for (int j = 0; j < w; j++)
-                        tile[j][i] = x[(long)(i0 + i) * cols + j0 + j];
+#if TR8
+                if (w == BLOCK) {
+                    for (int i = 0; i < BLOCK; i += 8)
+                        for (int j = 0; j < BLOCK; j += 8)
+                            tr8(x + (long)(i0 + i) * cols + j0 + j, cols, &tile[j][i], BLOCK);
+                } else
+#endif
+                    for (int i = 0; i < BLOCK; i++)
+                        for (int j = 0; j < w; j++)
+                            tile[j][i] = x[(long)(i0 + i) * cols + j0 + j];
                 for (int j = 0; j < w; j++)
                     for (int v = 0; v < BLOCK; v += VW) {
                         vf t;
@@ -121,10 +166,17 @@ void transpose(const float *x, float *y, int rows, int cols) {
         for (int j0 = 0; j0 < cols; j0 += BLOCK) {
             int j1 = j0 + BLOCK < cols ? j0 + BLOCK : cols;
             if (i1 - i0 == BLOCK && j1 - j0 == BLOCK) {
+#if TR8
+                /* full tile: 8 x 8 blocks in registers */
+                for (int i = 0; i < BLOCK; i += 8)
+                    for (int j = 0; j < BLOCK; j += 8)
+                        tr8(x + (long)(i0 + i) * cols + j0 + j, cols, y + (long)(j0 + j) * rows + i0 + i, rows);
+#else
                 /* full tile: constant trip counts let the compiler unroll it */
                 for (int j = 0; j < BLOCK; j++)
                     for (int i = 0; i < BLOCK; i++)
                         y[(long)(j0 + j) * rows + i0 + i] = x[(long)(i0 + i) * cols + j0 + j];
+#endif
             } else {
                 for (int j = j0; j < j1; j++)
                     for (int i = i0; i < i1; i++)
