@@ -132,7 +132,8 @@ def build(
 
 ROOF_C = Path(__file__).with_name("roof.c")
 FLOPS_AT = 1024  # roof.c: out[FLOPS_AT + thread] is the FLOPs per rep that thread did
-FMA_REPS = 1_000_000
+FMA_CALL_S = 0.02  # one FMA probe call at least this long: a thread woken late (4-8 ms on a small VM)
+# made a 2 ms call measure half the peak of 2 threads, while a 20 ms sgemm call hardly notices
 
 
 def roof_call(
@@ -144,8 +145,11 @@ def roof_call(
     if problem.roof == "fma":
         out = np.zeros(2 * FLOPS_AT, dtype=np.float32)
         fns["roof_fma"](out, 1, threads)
-        flops = float(out[FLOPS_AT : FLOPS_AT + threads].sum()) * FMA_REPS
-        return (lambda: fns["roof_fma"](out, FMA_REPS, threads)), (lambda t: flops / t / 1e9)
+        reps = 1 << 16
+        while _took(fns["roof_fma"], out, reps, threads) < FMA_CALL_S and reps < 1 << 34:
+            reps *= 2
+        flops = float(out[FLOPS_AT : FLOPS_AT + threads].sum()) * reps
+        return (lambda: fns["roof_fma"](out, reps, threads)), (lambda t: flops / t / 1e9)
     if problem.roof == "read":
         a = np.ones(problem.bytes_moved // 4, dtype=np.float32)
         sums = np.zeros(max(threads, 1), dtype=np.float32)
@@ -153,6 +157,12 @@ def roof_call(
     src = np.ones(problem.bytes_moved // 8, dtype=np.float32)
     dst = np.empty_like(src)
     return (lambda: fns["roof_copy"](src, dst, src.size, threads)), (lambda t: 2 * src.nbytes / t / 1e9)
+
+
+def _took(fn: Callable[..., object], *args: Any) -> float:
+    t = time.perf_counter()
+    fn(*args)
+    return time.perf_counter() - t
 
 
 def _bound(fn: Callable[..., object], args: tuple[Any, ...]) -> Call:
