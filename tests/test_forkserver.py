@@ -374,3 +374,40 @@ def test_a_perf_tests_inputs_are_made_once_per_server(tmp_path, before, after):
         judge.close()
     for j in judged:
         assert j.outcome == Outcome.OK and j.timings, j.failures
+
+
+# Another style: inputs from a module-scoped fixture, a class, a parametrized size.
+PERF_IN_A_CLASS = """\
+import os
+
+IMPORTED_BY = os.getpid()
+
+
+@pytest.fixture(scope="module")
+def data():
+    return np.random.default_rng(7).standard_normal(1 << 16).astype(np.float32)
+
+
+class TestSpeed:
+    @pytest.mark.parametrize("n", [1 << 12, 1 << 16])
+    def test_scale_perf(self, kernel, data, kope_bench, n):
+        assert os.getpid() == IMPORTED_BY, "the body ran in a child"
+        x, y = data[:n].copy(), np.empty(n, dtype=np.float32)
+        kope_bench(kernel.scale, x, y, n)
+"""
+
+
+def test_a_perf_test_in_a_class_with_fixtures_is_recorded_too(tmp_path):
+    plan = _plan(tmp_path, tests=TESTS.split("def test_scale_perf")[0] + PERF_IN_A_CLASS)
+    plan.performance = [
+        "test_scale.py::TestSpeed::test_scale_perf[4096]",
+        "test_scale.py::TestSpeed::test_scale_perf[65536]",
+    ]
+    judge = Judge(plan, lambda c: [])
+    twin = _candidate(plan, KERNEL.format(prelude="", body="", after="") + "\n")
+    try:
+        base = judge.baseline(plan.operator.baseline())
+        judged = judge.performance(judge.correctness([twin])[0], base.candidate)
+    finally:
+        judge.close()
+    assert judged.outcome == Outcome.OK and len(judged.timings) == 2, judged.failures
