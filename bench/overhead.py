@@ -1,7 +1,9 @@
 """Where an attempt's time goes: the judge before this change (a fresh `pytest` child per judgement,
 each building its own kernels, fixed timing rounds) against after (one build per candidate, children
-forked from warm fork servers, timing rounds that stop once the 95% bound decides), in one run, side
-by side on the sample operators; plus the A/A false-win rate of the timing decision.
+forked from warm fork servers, timing rounds that stop once the 95% bound decides, each perf test's
+inputs made once per server), in one run, side by side on the sample operators; plus "after, body per
+child" (the same, but every timing child runs the perf test's body, as before `perfinputs`); plus the
+A/A false-win rate of the timing decision.
 
     python bench/overhead.py                      # all 8 sample operators, 6 attempts each per judge
     python bench/overhead.py --ops softmax,sgemm --attempts 4 --aa 0   # JSON: bench/results/overhead.json
@@ -46,8 +48,9 @@ from pytest_kope.toolchains.c import CToolchain  # noqa: E402
 
 PHASES = ["build", "start", "correctness", "timing", "kernel", "verification", "bookkeeping"]
 MODES = {
-    "before": {"fork_server": False, "sequential": False},
-    "after": {"fork_server": True, "sequential": True},
+    "before": {"fork_server": False, "sequential": False, "record_inputs": False},
+    "after, body per child": {"fork_server": True, "sequential": True, "record_inputs": False},
+    "after": {"fork_server": True, "sequential": True, "record_inputs": True},
 }
 
 
@@ -134,6 +137,7 @@ def attempt_row(j: Judged) -> dict[str, float]:
 def judge_operator(plan: Plan, mode: str, attempts: list[Candidate], graph, ceilings, budget: int) -> dict:
     """Baseline, attempts in batches (correctness in parallel, then timing), one verification."""
     plan.fork_server, plan.sequential = MODES[mode]["fork_server"], MODES[mode]["sequential"]
+    plan.record_inputs = MODES[mode]["record_inputs"]
     plan.ceilings = ceilings
     tc = CToolchain()
     judge = Judge(plan, tc.screen)

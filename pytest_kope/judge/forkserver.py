@@ -180,7 +180,7 @@ def _record_inputs(session: pytest.Session, spec: dict[str, Any]) -> None:
     keep its inputs (`perfinputs`). Requests with fresh-input seeds (correctness) record nothing."""
     from ..operator import base_nodeid, is_performance_test
 
-    if spec.get("seeds"):
+    if spec.get("seeds") or not spec.get("record_inputs", True):
         return
     seed, selected = int(spec.get("seed") or 1), set(spec["tests"])
     for item in session.items:

@@ -208,6 +208,7 @@ class Launcher:
             "rtol": plan.operator.rtol or DEFAULT_RTOL,
             "ceilings": plan.ceilings if reference is not None else None,
             "min_gain": plan.min_gain if plan.sequential else None,
+            "record_inputs": plan.record_inputs,
         }
 
     def child_env(self, work: Path, device: int | None, correctness: bool, cached: bool) -> dict[str, str]:

@@ -54,6 +54,7 @@ class Plan:
     fork_server: bool = True  # judge in children forked from warm servers, built once (launch.py)
     min_gain: float = 0.05  # the gain a paired timing must decide (`--kope-min-gain`)
     sequential: bool = True  # paired rounds stop once the 95% bound decides (else they run to the cap)
+    record_inputs: bool = True  # fork servers run a perf test's body once and children reuse its inputs
     device_env_var: str | None = None  # the toolchain's variable that pins a child to one device
     jit_cache_env: str | None = None  # the toolchain's variable for its JIT cache (one per candidate)
     executor: Any = None  # where children run (`executors.py`): None judges on this machine
