@@ -16,6 +16,7 @@ run the body.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -84,7 +85,8 @@ def record(item: pytest.Item, seed: int, params: dict[str, Any]) -> Recorded | N
         ok = all(r.passed for r in reports) and bool(calls)
     except Exception:  # noqa: BLE001 - whatever the body did, it simply runs in each child instead
         ok = False
-        item.session._setupstate.teardown_exact(None)  # nothing of it stays set up for the children
+        with contextlib.suppress(Exception):  # nothing of it stays set up for the children
+            item.session._setupstate.teardown_exact(None)
     finally:
         ACTIVE = None
         if callspec is not None:
