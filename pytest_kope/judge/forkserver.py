@@ -183,17 +183,15 @@ def _record_inputs(session: pytest.Session, spec: dict[str, Any]) -> None:
     if spec.get("seeds") or not spec.get("record_inputs", True):
         return
     seed, selected = int(spec.get("seed") or 1), set(spec["tests"])
+    session.config.stash[SEED] = seed  # an item without a kope_seed slot draws from the session's seed
     for item in session.items:
-        params = (
-            item.callspec.params if isinstance(item, pytest.Function) and hasattr(item, "callspec") else {}
-        )
+        params = item.callspec.params if hasattr(item, "callspec") else {}
         if (
             is_performance_test(item)
             and base_nodeid(item.nodeid) in selected
             and params.get("kope_seed", 0) == 0
         ):
-            session.config.stash[SEED] = seed
-            perfinputs.record(item, seed, {"kope_seed": seed})
+            perfinputs.record(item, seed)
 
 
 def _restart_clock(config: pytest.Config) -> None:

@@ -65,9 +65,10 @@ ACTIVE: Recorded | None = None  # the calls of the body the fork server is recor
 KEPT: dict[tuple[str, int], Recorded | None] = {}  # (item id, seed) -> its calls; None: not recordable
 
 
-def record(item: pytest.Item, seed: int, params: dict[str, Any]) -> Recorded | None:
-    """Run `item` here (setup, body, teardown) with the stand-ins and `params` bound; its calls, or
-    None when the body is not recordable. The item's own parameters are restored afterwards."""
+def record(item: pytest.Item, seed: int) -> Recorded | None:
+    """Run `item` here (setup, body, teardown) with the stand-ins and `seed` bound as its `kope_seed`
+    (the session's SEED otherwise); its calls, or None when the body is not recordable. The item's
+    own parameters are restored afterwards."""
     from _pytest.runner import runtestprotocol
 
     global ACTIVE
@@ -76,8 +77,8 @@ def record(item: pytest.Item, seed: int, params: dict[str, Any]) -> Recorded | N
         return KEPT[key]
     callspec = getattr(item, "callspec", None)
     saved = dict(callspec.params) if callspec is not None else {}
-    if callspec is not None:
-        callspec.params.update({k: v for k, v in params.items() if k in callspec.params})
+    if callspec is not None and "kope_seed" in callspec.params:
+        callspec.params["kope_seed"] = seed
     calls: Recorded = []
     ACTIVE = calls
     try:

@@ -160,6 +160,7 @@ def roof_call(
 
 
 def _took(fn: Callable[..., object], *args: Any) -> float:
+    """Seconds one call of `fn(*args)` took."""
     t = time.perf_counter()
     fn(*args)
     return time.perf_counter() - t
@@ -174,9 +175,7 @@ def interleave(calls: dict[str, Call], rounds: int, block_s: float) -> dict[str,
     in an order that rotates by one each round."""
     iters: dict[str, int] = {}
     for name, fn in calls.items():
-        t = time.perf_counter()
-        fn()
-        iters[name] = max(1, int(block_s / max(time.perf_counter() - t, 1e-7)))
+        iters[name] = max(1, int(block_s / max(_took(fn), 1e-7)))
     names = list(calls)
     times: dict[str, list[float]] = {name: [] for name in calls}
     for r in range(rounds):
