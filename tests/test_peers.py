@@ -37,6 +37,28 @@ def test_every_case_matches_its_sample_operator() -> None:
     assert not CASES["rowsum"].matches(("void rowsum(const double *x, double *y, int rows, int cols)",))
 
 
+def test_each_block_waits_for_the_threads_of_the_last_one_to_stop_spinning() -> None:
+    """A pool thread that spins after its call (OpenBLAS: ~0.1 s) would share the cores with the next
+    contender's whole block; `_quiet` waits it out, and costs one short probe on a quiet process."""
+    import threading
+    import time
+
+    from pytest_kope.peers.measure import QUIET_MAX_S, _quiet
+
+    assert _quiet() < 0.05
+    stop = time.perf_counter() + 0.15
+
+    def spin() -> None:
+        while time.perf_counter() < stop:
+            pass
+
+    spinner = threading.Thread(target=spin)
+    spinner.start()
+    waited = _quiet()
+    spinner.join()
+    assert 0.1 < waited < QUIET_MAX_S
+
+
 @needs_torch
 def test_compare_times_kernels_next_to_peers_and_the_measured_roof(tmp_path: Path) -> None:
     text = ROWSUM.read_text()

@@ -170,9 +170,28 @@ def _bound(fn: Callable[..., object], args: tuple[Any, ...]) -> Call:
     return lambda: fn(*args)
 
 
+QUIET_CPU = 0.2  # the process counts as quiet when its threads use under this share of one CPU
+QUIET_MAX_S = 0.5  # ... or after this long: a spinner that never stops must not stall the bench
+
+
+def _quiet(probe_s: float = 0.005) -> float:
+    """Wait until no thread of this process burns CPU; the seconds waited.
+
+    Idle pool threads of a library spin before they sleep: OpenBLAS's for 2^28 cycles (~0.1 s) after
+    every call. A rotating order keeps the same contender right after numpy every round, so its whole
+    block shared the cores with a spinner: 28 ms a call for an 18 ms sgemm, and half the FMA peak."""
+    start = time.perf_counter()
+    while time.perf_counter() - start < QUIET_MAX_S:
+        cpu = time.process_time()
+        time.sleep(probe_s)
+        if time.process_time() - cpu < QUIET_CPU * probe_s:
+            break
+    return time.perf_counter() - start
+
+
 def interleave(calls: dict[str, Call], rounds: int, block_s: float) -> dict[str, list[float]]:
     """Per-call seconds of each contender per round; each round one block of calls of every contender,
-    in an order that rotates by one each round."""
+    in an order that rotates by one each round, each block started on a quiet process (`_quiet`)."""
     iters: dict[str, int] = {}
     for name, fn in calls.items():
         iters[name] = max(1, int(block_s / max(_took(fn), 1e-7)))
@@ -181,6 +200,7 @@ def interleave(calls: dict[str, Call], rounds: int, block_s: float) -> dict[str,
     for r in range(rounds):
         for name in names[r % len(names) :] + names[: r % len(names)]:
             fn, n = calls[name], iters[name]
+            _quiet()
             t = time.perf_counter()
             for _ in range(n):
                 fn()
