@@ -122,3 +122,21 @@ def test_sources_that_agree_on_wrong_advice_cost_warm_at_most_one_evaluation(tmp
         )
     assert statistics.median(warm) <= statistics.median(cold) + 1, (warm, cold)
     assert max(warm) <= len(target.rows) // 2, warm
+
+
+def test_a_table_ranks_its_points_by_their_own_time_not_by_the_baselines_noise() -> None:
+    """Every point is timed against the same committed kernel; a slow one (sgemm's 1.5 s) gave one
+    point ratios of 47x to 87x. The table divides one pooled committed time by each point's own."""
+    header = "// kope: kernel void k(const float *x, float *y, int n)\n// kope: param B = 0 | 1 | 2\n"
+    points = [  # (committed seconds the point's pairing saw) / (its own seconds) = its ratio
+        {"params": {"B": 0}, "outcome": "ok", "ratio": 1.0, "seconds": 1.5},
+        {"params": {"B": 1}, "outcome": "ok", "ratio": 1.8 / 0.020, "seconds": 0.020},  # a slow baseline
+        {"params": {"B": 2}, "outcome": "ok", "ratio": 1.2 / 0.018, "seconds": 0.018},  # a fast one
+    ]
+    data = {"operator": "k", "family": "f", "header": header, "hardware": HW, "points": points}
+    t = Table.from_json(data)
+    assert t.speedup({"B": 2}) > t.speedup({"B": 1})  # 18 ms beats 20 ms, whatever its pairing saw
+    assert t.speedup({"B": 1}) == pytest.approx(1.5 / 0.020)  # the median committed time, 1.5 s
+    assert t.speedup({"B": 0}) == pytest.approx(1.0)
+    del points[2]["seconds"]  # a row without its own time: ratios as measured
+    assert Table.from_json(data).speedup({"B": 1}) == pytest.approx(90.0)
