@@ -163,6 +163,18 @@ def test_best_is_the_fastest_correct_attempt(graph):
     assert graph.one("SELECT * FROM best_per_task")["speedup"] == 1.5
 
 
+def test_the_incumbent_is_where_the_latest_search_ended_not_the_fastest_measured(graph):
+    """A rerun resumes from the winner the judge kept, not from an attempt it found no better (noise)."""
+    t = graph.task_id("softmax", "rowwise", "c", HW)
+    assert graph.incumbent(t) is None
+    graph.record(t, "r", judged({"BLOCK": 16}, Outcome.BETTER, ratio=2.4, speedup=2.4))
+    graph.record(t, "r", judged({"BLOCK": 32}, Outcome.OK, ratio=1.03, speedup=2.49))
+    assert graph.best(t)["params"] == {"BLOCK": 32}
+    assert graph.incumbent(t)["params"] == {"BLOCK": 16} and graph.incumbent(t)["source"] == SRC
+    graph.record(t, "r2", judged({"BLOCK": 8}, Outcome.BETTER, ratio=1.1, speedup=1.1))  # a later run
+    assert graph.incumbent(t)["params"] == {"BLOCK": 8}
+
+
 def test_runs_and_llm_calls_account_tokens(graph):
     graph.start_run("r2", "claude", HW)
     graph.record_llm_call(

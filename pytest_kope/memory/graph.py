@@ -296,11 +296,20 @@ class Graph:
 
     def best(self, task_id: int) -> dict[str, Any] | None:
         """The fastest correct attempt of a task (by speedup against the baseline), with its source."""
+        return self._attempt(
+            "a.outcome IN (?, ?) AND a.speedup IS NOT NULL ORDER BY a.speedup DESC, a.id", task_id, *CORRECT
+        )
+
+    def incumbent(self, task_id: int) -> dict[str, Any] | None:
+        """Where the task's latest search ended: its newest attempt judged better than the incumbent
+        of its day. A faster-measured attempt the judge found no better than that one is noise."""
+        return self._attempt("a.outcome = ? ORDER BY a.id DESC", task_id, Outcome.BETTER.value)
+
+    def _attempt(self, where_order: str, task_id: int, *args: Any) -> dict[str, Any] | None:
         row = self.one(
             "SELECT a.*, s.text AS source FROM attempts a LEFT JOIN sources s ON s.hash = a.source_hash"
-            " WHERE a.task_id = ? AND a.outcome IN (?, ?) AND a.speedup IS NOT NULL"
-            " ORDER BY a.speedup DESC, a.id LIMIT 1",
-            (task_id, *CORRECT),
+            f" WHERE a.task_id = ? AND {where_order} LIMIT 1",
+            (task_id, *args),
         )
         return expand_attempt(row) if row else None
 

@@ -247,10 +247,14 @@ class OperatorLoop:
         return judged
 
     def _resume(self, p: Progress) -> None:
-        """Judge the best known attempt of this operator's line again: the search starts from it."""
+        """Judge the best known attempt of this operator's line again: the search starts from it.
+        That is where the latest search ended (its winner), else the fastest correct attempt."""
         graph = self.s.graph
-        known = graph.best(self.task)
+        known = graph.incumbent(self.task) or graph.best(self.task)
         prior = graph.judged(self.task, known["candidate_hash"]) if known else None
+        if prior is not None and not self._descends(prior, p.baseline.candidate.hash):
+            known = graph.best(self.task)  # the latest search ended on another line
+            prior = graph.judged(self.task, known["candidate_hash"]) if known else None
         if prior is not None and not self._may_run(prior.candidate):
             self.say(f"not resuming from {prior.candidate.short}: written by an agent, no jail here")
             prior = None
