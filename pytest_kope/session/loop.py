@@ -249,16 +249,17 @@ class OperatorLoop:
     def _resume(self, p: Progress) -> None:
         """Judge the best known attempt of this operator's line again: the search starts from it.
         That is where the latest search ended (its winner), else the fastest correct attempt."""
-        graph = self.s.graph
-        known = graph.incumbent(self.task) or graph.best(self.task)
-        prior = graph.judged(self.task, known["candidate_hash"]) if known else None
-        if prior is not None and not self._descends(prior, p.baseline.candidate.hash):
-            known = graph.best(self.task)  # the latest search ended on another line
-            prior = graph.judged(self.task, known["candidate_hash"]) if known else None
+        graph, root = self.s.graph, p.baseline.candidate.hash
+        prior = None
+        for known in (graph.incumbent(self.task), graph.best(self.task)):  # the latest may be another line's
+            found = graph.judged(self.task, known["candidate_hash"]) if known else None
+            if found is not None and self._descends(found, root):
+                prior = found
+                break
         if prior is not None and not self._may_run(prior.candidate):
             self.say(f"not resuming from {prior.candidate.short}: written by an agent, no jail here")
             prior = None
-        if prior is not None and self._descends(prior, p.baseline.candidate.hash):
+        if prior is not None:
             again = self._judge(p, [prior.candidate])
             if again and again[0].outcome == Outcome.BETTER:
                 self.say(f"resuming from the known best {prior.candidate.short} ({again[0].speedup:.2f}x)")
