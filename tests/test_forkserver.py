@@ -314,6 +314,34 @@ def test_slow_kernels_timed_outputs_are_checked_inside_the_rounds():
     assert len(honest_calls) == 2 + 8  # warm-up, a second slow call, one a round: no check calls after
 
 
+def test_one_call_a_block_is_checked_inside_the_rounds_however_fast():
+    """A kernel timed one call a block but far from slow (a 64 MiB memory-bound pass: tens of ms)
+    has its outputs checked in the rounds too: no calls after them, a wrong one still named."""
+    import time
+
+    x = np.random.default_rng(3).standard_normal(4096).astype(np.float32)
+    budget = timing.Budget(min_rounds=8, max_rounds=8, max_time_s=30.0, min_round_s=0.002)  # 8 copies
+
+    def pace(k):  # one call is a round's worth (3 ms > 2 ms), 20 rounds' worth is far off
+        time.sleep(0.003)
+
+    honest, honest_calls = _counting(lambda x, y, k: (pace(k), np.multiply(x, 2, out=y)))
+    sly, _ = _counting(lambda x, y, k: (pace(k), np.multiply(x, 2 if k % 2 else 3, out=y)))
+    reference, _ = _counting(lambda x, y, k: (pace(k), _double(x, y)))
+    for candidate, wrong in ((honest, False), (sly, True)):
+        paired = timing.measure_paired(
+            reference,
+            candidate,
+            (x, np.empty_like(x)),
+            time.perf_counter,
+            lambda: None,
+            budget,
+            ["in", "out"],
+        )
+        assert bool(paired.mismatch) == wrong, paired.mismatch
+    assert len(honest_calls) == 1 + 1 + 8  # warm-up, calibration, one a round: no check calls after
+
+
 def test_timed_outputs_of_in_place_kernels_are_checked_from_the_same_inputs():
     """The timed-output check runs the reference into scratch buffers; an in-place argument's
     scratch starts from the copy's own contents, so an honest in-place kernel agrees and a wrong one
