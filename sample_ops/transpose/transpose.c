@@ -1,6 +1,6 @@
 // kope: kernel void transpose(const float *x, float *y, int rows, int cols)
 // kope: param BLOCK = 0 | 4 | 8 | 16 | 32 | 64
-// kope: param NT = 0 | 1
+// kope: param NT = 0 | 1 | 2
 // kope: param THREADS = 1 | 2
 // kope: flags -O2 | -O3 | -O3 -march=native
 // kope: require BLOCK > 0 or THREADS == 1
@@ -15,7 +15,11 @@
 // tile transposed into a local buffer and streams its rows into y as whole
 // aligned vectors, past the caches (see below); rows of x that would leave a
 // row of y unaligned (and every row, when rows is not a whole number of
-// vectors) are copied plainly.
+// vectors) are copied plainly. NT = 2 (with AVX) reads a strip of BLOCK rows of x
+// over its whole width, 8 x 8 blocks at a time, and streams each block's rows
+// from registers straight into y (no tile buffer): BLOCK long streams for the
+// prefetchers instead of short tile rows, and each row of y gets BLOCK floats,
+// whole cache lines, at once.
 
 #ifndef BLOCK
 #define BLOCK 0
@@ -81,8 +85,8 @@ typedef int i8 __attribute__((vector_size(8 * sizeof(int))));
 #define LD8(p) ({ v8 v_; __builtin_memcpy(&v_, (p), sizeof v_); v_; })
 #define ST8(p, v) do { v8 s_ = (v); __builtin_memcpy((p), &s_, sizeof s_); } while (0)
 
-/* dst[j * ld_dst + i] = src[i * ld_src + j] for i, j < 8 */
-static inline void tr8(const float *src, long ld_src, float *dst, long ld_dst) {
+/* o[j][i] = src[i * ld_src + j] for i, j < 8: the block's columns, in registers */
+static inline void tr8_regs(const float *src, long ld_src, v8 o[8]) {
     v8 r[8], t[8], u[8];
     for (int i = 0; i < 8; i++)
         r[i] = LD8(src + i * ld_src);
@@ -98,11 +102,21 @@ static inline void tr8(const float *src, long ld_src, float *dst, long ld_dst) {
     /* u[0..3] hold columns 0, 2, 1, 3 of rows 0-3 (low half) and 4, 6, 5, 7 (high half); u[4..7] rows 4-7 */
     static const int col[4] = {0, 2, 1, 3};
     for (int k = 0; k < 4; k++) {
-        ST8(dst + col[k] * ld_dst, __builtin_shuffle(u[k], u[k + 4], (i8){0, 1, 2, 3, 8, 9, 10, 11}));
-        ST8(dst + (col[k] + 4) * ld_dst, __builtin_shuffle(u[k], u[k + 4], (i8){4, 5, 6, 7, 12, 13, 14, 15}));
+        o[col[k]] = __builtin_shuffle(u[k], u[k + 4], (i8){0, 1, 2, 3, 8, 9, 10, 11});
+        o[col[k] + 4] = __builtin_shuffle(u[k], u[k + 4], (i8){4, 5, 6, 7, 12, 13, 14, 15});
     }
 }
+
+/* dst[j * ld_dst + i] = src[i * ld_src + j] for i, j < 8 */
+static inline void tr8(const float *src, long ld_src, float *dst, long ld_dst) {
+    v8 o[8];
+    tr8_regs(src, ld_src, o);
+    for (int j = 0; j < 8; j++)
+        ST8(dst + j * ld_dst, o[j]);
+}
 #endif
+
+#define STRIPS (NT == 2 && TR8) /* NT = 2 without AVX: the tile path */
 
 #if NT
 static void plain_rows(const float *x, float *y, int rows, int cols, int lo, int hi) {
@@ -111,6 +125,7 @@ static void plain_rows(const float *x, float *y, int rows, int cols, int lo, int
             y[(long)j * rows + i] = x[(long)i * cols + j];
 }
 
+#if !STRIPS
 static void transpose_nt(const float *x, float *y, int rows, int cols) {
     /* every row of y starts at the same alignment when rows is a whole number of vectors: rows
        [a0, a1) of x then fill whole aligned vectors of y, tile by tile */
@@ -151,9 +166,46 @@ static void transpose_nt(const float *x, float *y, int rows, int cols) {
     plain_rows(x, y, rows, cols, a1, rows);
 }
 #endif
+#endif
+
+#if STRIPS
+static void transpose_strips(const float *x, float *y, int rows, int cols) {
+    /* rows [a0, a1) of x land on whole 64-byte lines of every row of y (rows a multiple of 16): each
+       line is written by two streaming stores in a row, so it leaves the core whole */
+    int a0 = (int)((16 - (unsigned long)y / sizeof(float) % 16) % 16), a1 = 0, c8 = cols / 8 * 8;
+    if (rows % 16 == 0 && rows >= a0 + BLOCK)
+        a1 = a0 + (rows - a0) / BLOCK * BLOCK;
+    else
+        a0 = 0;
+    PRAGMA(omp parallel num_threads(THREADS) if(THREADS > 1))
+    {
+        PRAGMA(omp for schedule(static))
+        for (int i0 = a0; i0 < a1; i0 += BLOCK) {
+            for (int j = 0; j < c8; j += 8)
+                for (int i = i0; i < i0 + BLOCK; i += 16) {
+                    v8 lo[8], hi[8];
+                    tr8_regs(x + (long)i * cols + j, cols, lo);
+                    tr8_regs(x + (long)(i + 8) * cols + j, cols, hi);
+                    for (int k = 0; k < 8; k++) {
+                        _mm256_stream_ps(y + (long)(j + k) * rows + i, (__m256)lo[k]);
+                        _mm256_stream_ps(y + (long)(j + k) * rows + i + 8, (__m256)hi[k]);
+                    }
+                }
+            for (int j = c8; j < cols; j++) /* the last cols % 8 columns */
+                for (int i = i0; i < i0 + BLOCK; i++)
+                    y[(long)j * rows + i] = x[(long)i * cols + j];
+        }
+        FENCE();
+    }
+    plain_rows(x, y, rows, cols, 0, a0);
+    plain_rows(x, y, rows, cols, a1, rows);
+}
+#endif
 
 void transpose(const float *x, float *y, int rows, int cols) {
-#if NT
+#if STRIPS
+    transpose_strips(x, y, rows, cols);
+#elif NT
     transpose_nt(x, y, rows, cols);
 #elif BLOCK == 0
     for (int i = 0; i < rows; i++)
