@@ -342,6 +342,32 @@ def test_one_call_a_block_is_checked_inside_the_rounds_however_fast():
     assert len(honest_calls) == 1 + 1 + 8  # warm-up, calibration, one a round: no check calls after
 
 
+def test_timing_never_writes_the_callers_arrays():
+    """The caller's arrays are the pristine inputs: no timed call, fresh input or poisoning writes
+    them (in a forked timing child they stay the server's pages), and the in-round check parks the
+    first block's outputs in another copy's buffers rather than in fresh memory."""
+    import time
+
+    x = np.random.default_rng(4).standard_normal(4096).astype(np.float32)
+    y = np.full_like(x, 7.0)
+    x0 = x.copy()
+    budget = timing.Budget(min_rounds=8, max_rounds=8, max_time_s=30.0, min_round_s=0.0)
+    seen = []
+
+    def candidate(a, b):
+        seen.append((a, b))
+        np.multiply(a, 2, out=b)
+
+    paired = timing.measure_paired(
+        _double, candidate, (x, y), time.perf_counter, lambda: None, budget, ["in", "out"]
+    )
+    assert not paired.mismatch
+    assert np.array_equal(x, x0) and (y == 7.0).all()
+    assert all(b is not y for _, b in seen)
+    rotation = timing.Rotation((x, y), ["in", "out"])
+    assert rotation.park(0)[1] is rotation.sets[1][1]  # poisoned again before copy 1 is next used
+
+
 def test_timed_outputs_of_in_place_kernels_are_checked_from_the_same_inputs():
     """The timed-output check runs the reference into scratch buffers; an in-place argument's
     scratch starts from the copy's own contents, so an honest in-place kernel agrees and a wrong one
