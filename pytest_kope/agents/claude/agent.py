@@ -33,7 +33,7 @@ from ..base import Context
 from . import prompt
 from .tools import _chars, _msg, _needs, _param, compile_check, submit
 
-DEFAULT_MODEL = "claude-sonnet-4-6"  # the SDK marks claude-sonnet-4-5 deprecated
+DEFAULT_MODEL = "claude-sonnet-4-6"  # a current model: the SDK warns of deprecated ones
 TOKEN_KEYS = ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
 NO_KEY = "--kope-agent claude needs ANTHROPIC_API_KEY (export it, or use --kope-agent tuner)"
 _KEY_LIKE = re.compile(r"sk-ant-[A-Za-z0-9_\-]{6,}")
