@@ -189,9 +189,10 @@ def measured(build_dir):
     return caps, time.perf_counter() - start
 
 
-def test_a_real_measurement_is_sane_and_quick(measured, build_dir):
-    caps, seconds = measured
-    assert seconds < 5
+def test_a_real_measurement_is_sane(measured, build_dir):
+    # how long it takes grows with the last-level cache (its largest set is 4x that: 1.9 GB under a
+    # 480 MiB L3), so its speed is not asserted here
+    caps, _ = measured
     assert caps.sizes[0] == 16 * K and caps.sizes[-1] >= 4 * last_level_cache_bytes(caps.caches)
     for figures in (caps.read, caps.write, caps.copy):
         assert min(figures) > 0.5
@@ -216,7 +217,9 @@ def test_check_accepts_an_honest_numpy_copy_and_rejects_an_instant_one(measured)
     assert caps.check(2 * src.nbytes, 2 * src.nbytes, best) == ""
     reason = caps.check(128_000_000, 128_000_000, 13e-6)
     assert reason.startswith("moved 128 MB in 0.013 ms = 9846 GB/s, beyond the ")
-    assert "this machine's memory reaches for a 128 MB working set (x4 margin)" in reason
+    # 128 MB sits in the caches of a machine whose last level holds 4x that (a 480 MiB L3 does)
+    where = "caches reach" if caps.sizes[-1] // 4 >= 128_000_000 else "memory reaches"
+    assert f"this machine's {where} for a 128 MB working set (x4 margin)" in reason
 
 
 def test_graph_round_trip_and_ceilings_for_loads_before_measuring(tmp_path):

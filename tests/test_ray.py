@@ -197,6 +197,10 @@ class Killer(threading.Thread):
                     continue
                 self.seen.add(pid)
                 time.sleep(0.5)  # mid-judgement: the child has started on the candidate
+                if _ray_worker_above(pid) != worker:
+                    # the child is gone already (a fast machine, or a process of the jail's start):
+                    # its worker may be running another candidate's task by now
+                    continue
                 try:
                     os.kill(worker, signal.SIGKILL)
                 except ProcessLookupError:
@@ -242,11 +246,17 @@ def _ray_worker_above(pid: int) -> int | None:
 
 
 def _slow(source: str, kernel: str) -> str:
-    """The committed source whose first call spins a few seconds (pure computation: it passes screening)."""
+    """The committed source whose first call spins a few seconds (pure computation: it passes screening).
+
+    The spin is a chain of dependent multiply-adds (~1 s a billion at 4 cycles each): a counter loop on
+    a volatile took 0.13 s for 600 million on a Xeon that renames memory, and the kill came too late.
+    """
     head, _, body = source.partition(f"void {kernel}(")
     spin = (
-        "    static int kope_once;\n"
-        "    if (!kope_once) { kope_once = 1; for (volatile long i = 0; i < 600000000L; i++) {} }\n"
+        "    static int kope_once; static volatile double kope_sink;\n"
+        "    if (!kope_once) { kope_once = 1; double x = 1.0;\n"
+        "        for (long i = 0; i < 3000000000L; i++) x = x * 0.999999 + 1e-7;\n"
+        "        kope_sink = x; }\n"
     )
     return head + f"void {kernel}(" + body.replace("{\n", "{\n" + spin, 1)
 
