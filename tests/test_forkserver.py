@@ -342,6 +342,61 @@ def test_one_call_a_block_is_checked_inside_the_rounds_however_fast():
     assert len(honest_calls) == 1 + 1 + 8  # warm-up, calibration, one a round: no check calls after
 
 
+def test_a_kernel_wrong_only_on_its_early_timed_calls_is_caught():
+    """Every round of a one-call-a-block timing is checked, not only enough rounds to see each copy
+    once: a kernel that counts its calls and skips work on all but the last rounds (a median of
+    fast rounds) is named, and one call a block cycles through two copies, not the eight a large
+    last-level cache would ask for (each copy a first touch in the timing child)."""
+    import time
+
+    x = np.random.default_rng(5).standard_normal(4096).astype(np.float32)
+    budget = timing.Budget(min_rounds=6, max_rounds=6, max_time_s=30.0, min_round_s=0.002)
+
+    def pace(k):
+        time.sleep(0.003)
+
+    reference, _ = _counting(lambda x, y, k: (pace(k), _double(x, y)))
+    early, _ = _counting(lambda x, y, k: (pace(k), np.multiply(x, 2 if k > 6 else 0, out=y)))  # rounds 0-3
+    paired = timing.measure_paired(
+        reference, early, (x, np.empty_like(x)), time.perf_counter, lambda: None, budget, ["in", "out"]
+    )
+    assert paired.candidate.iterations == paired.reference.iterations == 1
+    assert paired.copies == 2
+    assert "timed buffer copy" in paired.mismatch, paired
+
+
+def test_fast_kernels_wrong_on_every_timed_call_are_caught_in_the_rounds():
+    """Many calls a block: what each copy holds after a block is compared in every round, so a
+    kernel wrong on every call the rounds time, and right only on calls after them (all that a
+    check after the rounds would see), is named."""
+    clock = FakeClock()
+    x = np.random.default_rng(6).standard_normal(4096).astype(np.float32)
+    budget = timing.Budget(min_rounds=6, max_rounds=6, max_time_s=30.0)
+    timed = budget.warmup + (1 + 5) + 6 * 5  # warm-up, calibration (1 call, then 5), six rounds of 5
+    calls = []
+
+    def sly(x, y):
+        clock.now += 1e-3
+        calls.append(1)
+        np.multiply(x, 2 if len(calls) > timed else 0, out=y)
+
+    paired = timing.measure_paired(
+        clock.kernel(1e-3), sly, (x, np.empty_like(x)), clock, lambda: None, budget, ["in", "out"]
+    )
+    assert paired.candidate.iterations == 5
+    assert "timed buffer copy" in paired.mismatch, paired
+    honest = timing.measure_paired(
+        clock.kernel(1e-3),
+        clock.kernel(1e-3),
+        (x, np.empty_like(x)),
+        clock,
+        lambda: None,
+        budget,
+        ["in", "out"],
+    )
+    assert not honest.mismatch
+
+
 def test_timing_never_writes_the_callers_arrays():
     """The caller's arrays are the pristine inputs: no timed call, fresh input or poisoning writes
     them (in a forked timing child they stay the server's pages), and the in-round check parks the

@@ -6,7 +6,7 @@ No two timed rounds see the same inputs: every rotation copy holds the test's fl
 its own factor near 1 (structure kept, no two copies equal), and each round draws new factors, so a
 kernel that remembers "the same input as last time" never sees one. Outputs are poisoned before
 each block of calls, and each copy's outputs are compared with the reference's on the same buffers
-(after timing; for kernels timed one call a block, inside the rounds themselves), so a kernel that
+(after timing; for kernels timed one call a block, in every round itself), so a kernel that
 skips work on timed calls is caught by its results, not only its speed.
 """
 
@@ -119,6 +119,13 @@ class Rotation:
                 if self.roles[i] == OUT:
                     arrays.poison(values[i])
 
+    def keep(self, copies: int) -> None:
+        """Cycle through the first `copies` copies only; the others were never written, so never
+        faulted in. For kernels timed one call a block, whose every block re-prepares its copy right
+        before the call, two copies do what eight did: under a 480 MiB last-level cache, eight copies
+        of a 128 MiB call were 1 GiB of first touches (1.3 s of a 1.6 s timing)."""
+        del self.sets[max(1, copies) :]
+
     def used(self, start: int, n: int) -> list[int]:
         """The copies a block of `n` calls from call number `start` goes through."""
         return sorted({(start + i) % len(self.sets) for i in range(min(n, len(self.sets)))})
@@ -186,21 +193,45 @@ def _run(fn: Call, sets: list[tuple], start: int, n: int, clock, sync) -> float:
     return clock() - t0
 
 
-def calibrate(fn: Call, rotation: Rotation, clock, sync, budget: Budget) -> int:
-    """Calls per round so a round lasts at least `min_round_s` (pytest-benchmark's idea)."""
-    sets = rotation.sets
+def calibrate(
+    fn: Call,
+    rotation: Rotation,
+    clock,
+    sync,
+    budget: Budget,
+    lazy: bool = False,
+    spent: list[float] | None = None,
+) -> int:
+    """Calls per round so a round lasts at least `min_round_s` (pytest-benchmark's idea).
+
+    `lazy`: give each copy fresh inputs and poisoned outputs when a calibrating call first reaches
+    it, rather than all copies up front, so copies no call reaches stay untouched. `spent` gets the
+    seconds of each calibrating call block (the kernel's own time, without preparation).
+    """
+    sets, factors, ready = rotation.sets, rotation.factors(), set()
+
+    def run(start: int, n: int) -> float:
+        if lazy:
+            fresh = [k for k in rotation.used(start, n) if k not in ready]
+            rotation.prepare(factors, fresh)
+            ready.update(fresh)
+        took = _run(fn, sets, start, n, clock, sync)
+        if spent is not None:
+            spent.append(took)
+        return took
+
     took = 0.0
     for i in range(budget.warmup):
-        took = _run(fn, sets, i, 1, clock, sync)
+        took = run(i, 1)
     # One call is a round many times over, unless only the first was slow: a JIT compiled in it
     # (measured on an H200: a cold Triton reference timed one call a round, sync included, against a
     # warm candidate's 200 pipelined calls, and looked 2x slower than it was) or pages faulted in.
     slow = 20 * budget.min_round_s
-    if budget.warmup and took >= slow and _run(fn, sets, budget.warmup, 1, clock, sync) >= slow:
+    if budget.warmup and took >= slow and run(budget.warmup, 1) >= slow:
         return 1
     n = 1
     while True:
-        took = _run(fn, sets, 0, n, clock, sync)
+        took = run(0, n)
         if took >= budget.min_round_s or n >= 1 << 20:
             return n
         n = max(n * 2, math.ceil(n * budget.min_round_s / max(took, 1e-9)))
@@ -253,34 +284,35 @@ def measure_paired(
     as soon as it says the answer is known (looked at after `min_rounds`, then every `look_every`).
     """
     rotation = Rotation(args, roles)
-    rotation.prepare(rotation.factors())
-    began = clock()
-    n_ref = calibrate(reference, rotation, clock, sync, budget)
-    calibrating = clock() - began
-    rotation.prepare(rotation.factors())
-    began = clock()
-    n_cand = calibrate(candidate, rotation, clock, sync, budget)
-    calibrating += clock() - began
+    calibrating: list[float] = []
+    n_ref = calibrate(reference, rotation, clock, sync, budget, lazy=True, spent=calibrating)
+    n_cand = calibrate(candidate, rotation, clock, sync, budget, lazy=True, spent=calibrating)
     ref, cand, spent, r, window = [], [], 0.0, 0, clock()
-    # One call a block (each call a round's worth): both kernels write the same copy from the same
-    # inputs in a round, so their outputs are compared there, from the rounds that can be the last
-    # ones on, instead of by two more calls per copy afterwards (an output copy costs less than a call
-    # that reads the inputs and writes the outputs; for rowsum, 70 ms of a 400 ms timing).
-    one_call = n_ref == n_cand == 1
-    check = InRoundCheck(rotation, rtol) if one_call and rotation.outputs else None
-    checked_from = budget.min_rounds - len(rotation.sets)
+    # Both kernels write the same copies from the same inputs in a round (the same number of calls
+    # a block: the same copies, the last call on each from the same inputs), so the outputs each copy
+    # holds after the first block are parked and compared with the second block's, in every round:
+    # every timed block is checked, and a kernel that counts its calls, or skips work on calls that
+    # come back to back, is wrong in none (a check after the rounds sees only calls made for it). It
+    # replaces two more calls per copy afterwards (for rowsum, 70 ms of a 400 ms timing). One call a
+    # block: each block prepares its copy right before its call, so two copies do what more would.
+    if n_ref == n_cand == 1:
+        rotation.keep(2)
+    on_host = all(isinstance(rotation.sets[0][i], np.ndarray) for i in rotation.outputs)
+    in_rounds = rotation.outputs and n_ref == n_cand and (n_ref == 1 or on_host)  # device: no copies out
+    check = InRoundCheck(rotation, rtol) if in_rounds else None
     # the cap counts the whole window (fresh inputs and poisoning included, for a 64 MiB perf test
     # more than the calls): an undecided pair ends at the same wall time whatever its size
     while r < budget.max_rounds and (r < budget.min_rounds or clock() - window < budget.max_time_s):
         order = [(reference, n_ref, ref), (candidate, n_cand, cand)]
         factors = rotation.factors()  # both kernels see the same inputs in a round, new ones each round
         for j, (fn, n, out) in enumerate(order if r % 2 == 0 else reversed(order)):
-            rotation.prepare(factors, rotation.used(r * n, n))
+            used = rotation.used(r * n, n)
+            rotation.prepare(factors, used)
             took = _run(fn, rotation.sets, r * n, n, clock, sync)
             out.append(took / n)
             spent += took
-            if check is not None and r >= checked_from:
-                check.block(r % len(rotation.sets), out is ref, first=j == 0)
+            if check is not None:
+                check.block(used, out is ref, first=j == 0)
         r += 1
         look = r >= budget.min_rounds and (r - budget.min_rounds) % budget.look_every == 0
         if stop and look and stop(ref, cand):
@@ -293,39 +325,56 @@ def measure_paired(
         check.mismatch if done else timed_outputs_mismatch(reference, candidate, rotation, rtol),
         len(rotation.sets),
         rotation.bytes_per_call,
-        calibrating + spent,
+        sum(calibrating) + spent,
     )
 
 
 class InRoundCheck:
-    """The timed outputs check inside the rounds, for kernels timed one call a block.
+    """The timed outputs check inside the rounds, for two kernels timed with as many calls a block.
 
-    In a round both kernels run on the same rotation copy with the same fresh inputs, each after
-    its outputs were poisoned; the first one's outputs are copied out before the second block's
-    poisoning, and compared with the second one's. Once every copy has been compared (or a
-    mismatch found), no check calls are needed afterwards.
+    In a round both kernels run on the same rotation copies with the same fresh inputs, each block
+    after its outputs were poisoned; what the first block left in each copy is copied out before the
+    second block's poisoning, and compared with what the second block left. Once every copy has
+    been compared (or a mismatch found), no check calls are needed afterwards.
     """
 
     def __init__(self, rotation: Rotation, rtol: float):
         self.rotation, self.rtol = rotation, rtol
         self.checked: set[int] = set()
         self.mismatch = ""
-        self.first: tuple[bool, dict[int, np.ndarray]] = (True, {})
+        self.first: tuple[bool, dict[int, dict[int, np.ndarray | None]]] = (True, {})
+        self.scratch: dict[tuple[int, int], np.ndarray] = {}  # parked outputs of many-copy blocks
 
-    def block(self, k: int, is_reference: bool, first: bool) -> None:
-        # the first block's outputs are parked; the second block's are compared in place
-        outputs = self.rotation.park(k) if first else self.rotation.outputs_of(k)
-        if first:
-            self.first = (is_reference, outputs)
+    def block(self, used: list[int], is_reference: bool, first: bool) -> None:
+        if first:  # the first block's outputs are parked; the second block's are compared in place
+            self.first = (is_reference, {k: self._park(k, len(used) > 1) for k in used})
             return
-        was_reference, earlier = self.first
-        want, got = (earlier, outputs) if was_reference else (outputs, earlier)
-        for i, expected in want.items():
-            why = arrays.mismatch(got[i], expected, self.rtol)
-            if why and not self.mismatch:
-                copies = len(self.rotation.sets)
-                self.mismatch = f"on timed buffer copy {k + 1} of {copies}, output #{i}: {why}"
-        self.checked.add(k)
+        was_reference, parked = self.first
+        for k in used:
+            outputs = self.rotation.outputs_of(k)
+            want, got = (parked[k], outputs) if was_reference else (outputs, parked[k])
+            for i, expected in want.items():
+                why = (
+                    "" if expected is None or got[i] is None else arrays.mismatch(got[i], expected, self.rtol)
+                )
+                if why and not self.mismatch:
+                    copies = len(self.rotation.sets)
+                    self.mismatch = f"on timed buffer copy {k + 1} of {copies}, output #{i}: {why}"
+            self.checked.add(k)
+
+    def _park(self, k: int, many: bool) -> dict[int, np.ndarray | None]:
+        if not many:  # one copy a block: into the next copy's buffers, already in memory
+            return self.rotation.park(k)
+        out: dict[int, np.ndarray | None] = {}
+        for i, value in self.rotation.outputs_of(k).items():
+            if value is None:
+                out[i] = None
+                continue
+            if (k, i) not in self.scratch:
+                self.scratch[k, i] = np.empty_like(value)
+            np.copyto(self.scratch[k, i], value)
+            out[i] = self.scratch[k, i]
+        return out
 
 
 def timed_outputs_mismatch(reference: Call, candidate: Call, rotation: Rotation, rtol: float) -> str:
