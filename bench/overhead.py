@@ -162,15 +162,20 @@ def judge_operator(plan: Plan, mode: str, attempts: list[Candidate], graph, ceil
         verify = time.monotonic()
         winner = (correct or attempts)[0]
         judge.fresh_processes()
-        judge.baseline(base.candidate)
-        fresh = judge.correctness([winner])[0]
-        if fresh.outcome.correct:
-            judge.performance(fresh, base.candidate)
+        fresh = [judge.baseline(base.candidate), judge.correctness([winner])[0]]
+        if fresh[1].outcome.correct:
+            judge.performance(fresh[1], base.candidate)
         verify = time.monotonic() - verify
     finally:
         judge.close()
-    for row in rows:  # one verification per operator, spread over a run's budget of attempts
-        row["verification"] = verify / max(1, budget, len(rows))
+    # one verification per operator, spread over a run's budget of attempts; its compiles and timed
+    # calls count as build and kernel, as everywhere else, and the rest as verification
+    share = 1 / max(1, budget, len(rows))
+    own = {p: sum(j.phases.get(p, 0.0) for j in fresh) for p in ("build", "kernel")}
+    for row in rows:
+        row["verification"] = (verify - own["build"] - own["kernel"]) * share
+        row["build"] += own["build"] * share
+        row["kernel"] += own["kernel"] * share
     return {"rows": rows, "wall": time.monotonic() - began, "rounds": rounds, "notes": judge.notes}
 
 

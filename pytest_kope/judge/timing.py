@@ -131,18 +131,19 @@ class Rotation:
         return sorted({(start + i) % len(self.sets) for i in range(min(n, len(self.sets)))})
 
     def park(self, k: int) -> dict[int, np.ndarray | None]:
-        """Copy `k`'s outputs aside: into the next copy's OUT buffers, already in memory and poisoned
-        again before that copy is next used, rather than into fresh memory (an in-place argument,
-        or one off the host, gets a host copy)."""
-        spare = self.sets[(k + 1) % len(self.sets)]
+        """Set copy `k`'s outputs aside: swapped with the next copy's OUT buffers, already in memory
+        and poisoned before either is next written, so nothing is copied (a 64 MiB output: 9 ms a
+        round) and nothing is faulted in (an in-place argument, or one off the host, gets a host
+        copy). The two buffers trade places round to round, so each kernel writes both alike."""
+        spare = list(self.sets[(k + 1) % len(self.sets)])
+        mine = list(self.sets[k])
         out: dict[int, np.ndarray | None] = {}
         for i in self.outputs:
-            target = spare[i]
-            if self.roles[i] == OUT and isinstance(target, np.ndarray) and target is not self.sets[k][i]:
-                np.copyto(target, self.sets[k][i])
-                out[i] = target
+            if self.roles[i] == OUT and isinstance(mine[i], np.ndarray) and spare[i] is not mine[i]:
+                out[i], mine[i], spare[i] = mine[i], spare[i], mine[i]
             else:
-                out[i] = arrays.host_copy(self.sets[k][i])
+                out[i] = arrays.host_copy(mine[i])
+        self.sets[k], self.sets[(k + 1) % len(self.sets)] = tuple(mine), tuple(spare)
         return out
 
     def outputs_of(self, k: int) -> dict[int, np.ndarray | None]:
