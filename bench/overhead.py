@@ -68,7 +68,7 @@ def plans(repo: Path, names: list[str] | None) -> list[Plan]:
     pytest.main(
         [
             "--collect-only",
-            "-q",
+            "-qq",
             "--assert=plain",
             "-p",
             "no:cacheprovider",

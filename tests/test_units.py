@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from pytest_kope.agents.base import Context, OperatorInfo
@@ -127,3 +128,29 @@ def test_replay_reads_files_and_sidecars_once_each(tmp_path) -> None:
     assert got[0].params == {"BLOCK": 16, "flags": "-O2"} and agent.propose(ctx, 5) == []
     with pytest.raises(ConfigError, match="is not a folder"):
         Replay(tmp_path / "missing")
+
+
+def test_digest_sees_any_one_word_change_and_a_swap() -> None:
+    """The guards' change detector: a flipped low bit anywhere, two words swapped, a tail byte."""
+    from pytest_kope.judge import arrays
+
+    x = np.random.default_rng(7).standard_normal(100_003).astype(np.float32)  # words and a tail
+    seen = arrays.digest(x)
+    assert arrays.digest(x.copy()) == seen
+    for where in (0, 1, 4097, 65_536, 100_002):
+        y = x.copy()
+        y.view(np.uint32)[where] ^= 1
+        assert arrays.digest(y) != seen, where
+    z = x.copy()
+    z[10], z[11] = x[11], x[10]
+    assert arrays.digest(z) != seen
+
+
+def test_unwritten_counts_the_poison_left_in_every_chunk() -> None:
+    from pytest_kope.judge import arrays
+
+    y = np.empty((300, 1000), np.float32)
+    arrays.poison(y)
+    y[:, :999] = 1.0
+    assert arrays.unwritten(y) == 300
+    assert arrays.unwritten(np.ones(5, np.float64)) == 0

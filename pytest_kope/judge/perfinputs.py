@@ -105,6 +105,7 @@ def replay(item: pytest.Item, seed: int) -> bool:
         return False
     values = item.funcargs  # type: ignore[attr-defined]  # every fixture of the item, set up
     bench, kernel = values["kope_bench"], values["kernel"]
+    bench.outputs_unread = True  # no body runs after the calls to read what they wrote
     for name, args in calls:
         bench(getattr(kernel, name), *args)
     return True

@@ -277,14 +277,16 @@ def measure_paired(
     roles: Sequence[str] | None = None,
     rtol: float = arrays.DEFAULT_RTOL,
     stop: Stop | None = None,
+    rotation: Rotation | None = None,
 ) -> Paired:
     """Interleaved rounds in one window (ABBA order), so drift and bandwidth regimes hit both alike.
 
     Each block of calls starts from fresh inputs and poisoned outputs (outside the timed window);
     both kernels see the same inputs within a round, new ones every round. With `stop`, rounds end
     as soon as it says the answer is known (looked at after `min_rounds`, then every `look_every`).
+    `rotation`: the copies of `args` to time on, when the caller made them already.
     """
-    rotation = Rotation(args, roles)
+    rotation = rotation if rotation is not None else Rotation(args, roles)
     calibrating: list[float] = []
     n_ref = calibrate(reference, rotation, clock, sync, budget, lazy=True, spent=calibrating)
     n_cand = calibrate(candidate, rotation, clock, sync, budget, lazy=True, spent=calibrating)
