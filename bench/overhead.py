@@ -12,7 +12,8 @@ Per attempt (one candidate: correctness, then timing against the committed kerne
 seconds are split into: build (compile; the build step or the child's own build), start (process
 start or fork, collection, exit), correctness (the tests, the differential replay and compare), timing
 (the paired timing's protocol: inputs, poisoning, output checks), kernel (inside timed windows),
-verification (the winner's fresh re-run, once per operator, spread over a 24-attempt budget) and bookkeeping
+verification (the winner's fresh re-run, once per operator, spread over a 24-attempt budget; its own
+compiles and timed calls count as build and kernel) and bookkeeping
 (graph writes and lesson distillation). Harness overhead is all of it but build and kernel.
 
 A/A: the committed kernel against a copy of itself (same code, another candidate), timed by the
