@@ -372,29 +372,23 @@ def test_fast_kernels_wrong_on_every_timed_call_are_caught_in_the_rounds():
     clock = FakeClock()
     x = np.random.default_rng(6).standard_normal(4096).astype(np.float32)
     budget = timing.Budget(min_rounds=6, max_rounds=6, max_time_s=30.0)
-    timed = budget.warmup + (1 + 5) + 6 * 5  # warm-up, calibration (1 call, then 5), six rounds of 5
+    rounds_end = budget.warmup + (1 + 5) + 6 * 5  # warm-up, calibration (1 call, then 5), six rounds of 5
     calls = []
 
     def sly(x, y):
         clock.now += 1e-3
         calls.append(1)
-        np.multiply(x, 2 if len(calls) > timed else 0, out=y)
+        np.multiply(x, 2 if len(calls) > rounds_end else 0, out=y)
 
-    paired = timing.measure_paired(
-        clock.kernel(1e-3), sly, (x, np.empty_like(x)), clock, lambda: None, budget, ["in", "out"]
-    )
+    def timed(candidate):
+        return timing.measure_paired(
+            clock.kernel(1e-3), candidate, (x, np.empty_like(x)), clock, lambda: None, budget, ["in", "out"]
+        )
+
+    paired = timed(sly)
     assert paired.candidate.iterations == 5
     assert "timed buffer copy" in paired.mismatch, paired
-    honest = timing.measure_paired(
-        clock.kernel(1e-3),
-        clock.kernel(1e-3),
-        (x, np.empty_like(x)),
-        clock,
-        lambda: None,
-        budget,
-        ["in", "out"],
-    )
-    assert not honest.mismatch
+    assert not timed(clock.kernel(1e-3)).mismatch
 
 
 def test_timing_never_writes_the_callers_arrays():
