@@ -6,8 +6,8 @@ No two timed rounds see the same inputs: every rotation copy holds the test's fl
 its own factor near 1 (structure kept, no two copies equal), and each round draws new factors, so a
 kernel that remembers "the same input as last time" never sees one. Outputs are poisoned before
 each block of calls, and each copy's outputs are compared with the reference's on the same buffers
-in every round (after timing, where the two take different numbers of calls a block), so a kernel
-that skips work on timed calls is caught by its results, not only its speed.
+(after timing; for kernels timed one call a block, in every round), so a kernel that skips work
+on timed calls is caught by its results, not only its speed.
 """
 
 from __future__ import annotations
@@ -292,31 +292,26 @@ def measure_paired(
     n_ref = calibrate(reference, rotation, clock, sync, budget, lazy=True, spent=calibrating)
     n_cand = calibrate(candidate, rotation, clock, sync, budget, lazy=True, spent=calibrating)
     ref, cand, spent, r, window = [], [], 0.0, 0, clock()
-    # Both kernels write the same copies from the same inputs in a round (the same number of calls
-    # a block: the same copies, the last call on each from the same inputs), so the outputs each copy
-    # holds after the first block are parked and compared with the second block's, in every round:
-    # every timed block is checked, and a kernel that counts its calls, or skips work on calls that
-    # come back to back, is wrong in none (a check after the rounds sees only calls made for it). It
-    # replaces two more calls per copy afterwards (for rowsum, 70 ms of a 400 ms timing). One call a
-    # block: each block prepares its copy right before its call, so two copies do what more would.
+    # One call a block (each call a round's worth): both kernels write the same copy from the same
+    # inputs in a round, so their outputs are compared there, in every round (a kernel that counts
+    # its calls is wrong in none), instead of by two more calls per copy afterwards. Each block
+    # prepares its copy right before its call, so two copies do what more would. Many calls a block
+    # are checked after the rounds: parking their copies between blocks moved a 1.10x ratio to 1.04.
     if n_ref == n_cand == 1:
         rotation.keep(2)
-    on_host = all(isinstance(rotation.sets[0][i], np.ndarray) for i in rotation.outputs)
-    in_rounds = rotation.outputs and n_ref == n_cand and (n_ref == 1 or on_host)  # device: no copies out
-    check = InRoundCheck(rotation, rtol) if in_rounds else None
+    check = InRoundCheck(rotation, rtol) if n_ref == n_cand == 1 and rotation.outputs else None
     # the cap counts the whole window (fresh inputs and poisoning included, for a 64 MiB perf test
     # more than the calls): an undecided pair ends at the same wall time whatever its size
     while r < budget.max_rounds and (r < budget.min_rounds or clock() - window < budget.max_time_s):
         order = [(reference, n_ref, ref), (candidate, n_cand, cand)]
         factors = rotation.factors()  # both kernels see the same inputs in a round, new ones each round
         for j, (fn, n, out) in enumerate(order if r % 2 == 0 else reversed(order)):
-            used = rotation.used(r * n, n)
-            rotation.prepare(factors, used)
+            rotation.prepare(factors, rotation.used(r * n, n))
             took = _run(fn, rotation.sets, r * n, n, clock, sync)
             out.append(took / n)
             spent += took
             if check is not None:
-                check.block(used, out is ref, first=j == 0)
+                check.block(r % len(rotation.sets), out is ref, first=j == 0)
         r += 1
         look = r >= budget.min_rounds and (r - budget.min_rounds) % budget.look_every == 0
         if stop and look and stop(ref, cand):
@@ -334,51 +329,34 @@ def measure_paired(
 
 
 class InRoundCheck:
-    """The timed outputs check inside the rounds, for two kernels timed with as many calls a block.
+    """The timed outputs check inside the rounds, for kernels timed one call a block.
 
-    In a round both kernels run on the same rotation copies with the same fresh inputs, each block
-    after its outputs were poisoned; what the first block left in each copy is copied out before the
-    second block's poisoning, and compared with what the second block left. Once every copy has
-    been compared (or a mismatch found), no check calls are needed afterwards.
+    In a round both kernels run on the same rotation copy with the same fresh inputs, each after
+    its outputs were poisoned; the first one's outputs are copied out before the second block's
+    poisoning, and compared with the second one's.
     """
 
     def __init__(self, rotation: Rotation, rtol: float):
         self.rotation, self.rtol = rotation, rtol
         self.checked: set[int] = set()
         self.mismatch = ""
-        self.first: tuple[bool, dict[int, dict[int, np.ndarray | None]]] = (True, {})
-        self.scratch: dict[tuple[int, int], np.ndarray] = {}  # parked outputs of many-copy blocks
+        self.first: tuple[bool, dict[int, np.ndarray | None]] = (True, {})
 
-    def block(self, used: list[int], is_reference: bool, first: bool) -> None:
-        if first:  # the first block's outputs are parked; the second block's are compared in place
-            self.first = (is_reference, {k: self._park(k, len(used) > 1) for k in used})
+    def block(self, k: int, is_reference: bool, first: bool) -> None:
+        # the first block's outputs are parked; the second block's are compared in place
+        outputs = self.rotation.park(k) if first else self.rotation.outputs_of(k)
+        if first:
+            self.first = (is_reference, outputs)
             return
-        was_reference, parked = self.first
-        for k in used:
-            outputs = self.rotation.outputs_of(k)
-            want, got = (parked[k], outputs) if was_reference else (outputs, parked[k])
-            for i, expected in want.items():
-                why = (
-                    "" if expected is None or got[i] is None else arrays.mismatch(got[i], expected, self.rtol)
-                )
-                if why and not self.mismatch:
-                    copies = len(self.rotation.sets)
-                    self.mismatch = f"on timed buffer copy {k + 1} of {copies}, output #{i}: {why}"
-            self.checked.add(k)
-
-    def _park(self, k: int, many: bool) -> dict[int, np.ndarray | None]:
-        if not many:  # one copy a block: into the next copy's buffers, already in memory
-            return self.rotation.park(k)
-        out: dict[int, np.ndarray | None] = {}
-        for i, value in self.rotation.outputs_of(k).items():
-            if value is None:
-                out[i] = None
-                continue
-            if (k, i) not in self.scratch:
-                self.scratch[k, i] = np.empty_like(value)
-            np.copyto(self.scratch[k, i], value)
-            out[i] = self.scratch[k, i]
-        return out
+        was_reference, earlier = self.first
+        want, got = (earlier, outputs) if was_reference else (outputs, earlier)
+        for i, expected in want.items():
+            found = got[i]
+            why = "" if expected is None or found is None else arrays.mismatch(found, expected, self.rtol)
+            if why and not self.mismatch:
+                copies = len(self.rotation.sets)
+                self.mismatch = f"on timed buffer copy {k + 1} of {copies}, output #{i}: {why}"
+        self.checked.add(k)
 
 
 def timed_outputs_mismatch(reference: Call, candidate: Call, rotation: Rotation, rtol: float) -> str:
