@@ -297,9 +297,10 @@ def measure_paired(
     # its calls is wrong in none), instead of by two more calls per copy afterwards. Each block
     # prepares its copy right before its call, so two copies do what more would. Many calls a block
     # are checked after the rounds: parking their copies between blocks moved a 1.10x ratio to 1.04.
-    if n_ref == n_cand == 1:
+    one_call = n_ref == n_cand == 1
+    if one_call:
         rotation.keep(2)
-    check = InRoundCheck(rotation, rtol) if n_ref == n_cand == 1 and rotation.outputs else None
+    check = InRoundCheck(rotation, rtol) if one_call and rotation.outputs else None
     # the cap counts the whole window (fresh inputs and poisoning included, for a 64 MiB perf test
     # more than the calls): an undecided pair ends at the same wall time whatever its size
     while r < budget.max_rounds and (r < budget.min_rounds or clock() - window < budget.max_time_s):
@@ -340,7 +341,7 @@ class InRoundCheck:
         self.rotation, self.rtol = rotation, rtol
         self.checked: set[int] = set()
         self.mismatch = ""
-        self.first: tuple[bool, dict[int, np.ndarray | None]] = (True, {})
+        self.first: tuple[bool, dict[int, np.ndarray]] = (True, {})
 
     def block(self, k: int, is_reference: bool, first: bool) -> None:
         # the first block's outputs are parked; the second block's are compared in place
@@ -351,8 +352,7 @@ class InRoundCheck:
         was_reference, earlier = self.first
         want, got = (earlier, outputs) if was_reference else (outputs, earlier)
         for i, expected in want.items():
-            found = got[i]
-            why = "" if expected is None or found is None else arrays.mismatch(found, expected, self.rtol)
+            why = arrays.mismatch(got[i], expected, self.rtol)
             if why and not self.mismatch:
                 copies = len(self.rotation.sets)
                 self.mismatch = f"on timed buffer copy {k + 1} of {copies}, output #{i}: {why}"
