@@ -12,9 +12,11 @@ timing noise; many seeds each:
 - Kernel Tuner's strategies in simulation mode over the same table (random, greedy ILS, genetic
   algorithm, Bayesian optimization, and others that are cheap).
 
-A larger space is composed from measured tables (rmsnorm then layernorm, 576 points): a two-kernel
-pipeline whose time is the sum of its kernels' measured times, every figure measured, only the
-composition synthetic (no warm run: its knobs share no name with the others'). Searches stop at 100
+Larger spaces are composed from measured tables: two-kernel pipelines (rmsnorm then layernorm, 4608
+points; softmax then swiglu, 1296) whose time is the sum of their kernels' measured times, every figure
+measured, only the composition synthetic. Their knobs are named by position (A_VEC, B_NT, ...), so each
+pipeline's warm run recalls the other pipeline's fill search (no kernel in common): transfer between
+two large spaces of the same shape, where cold needs tens of evaluations. Searches stop at 100
 evaluations.
 
 Reported per operator and strategy: evaluations to reach within 5% of the table's best (median over
@@ -56,8 +58,9 @@ from pytest_kope.memory.graph import Graph  # noqa: E402
 TABLES = ROOT / "bench" / "tables"
 WITHIN = 0.95  # within 5% of the best speedup
 FILL_BUDGET = 16
-MAX_BUDGET = 100  # evaluations per search at most (the composed space has 576 points)
-COMPOSED = [("rmsnorm", "layernorm")]  # two-kernel pipelines, see compose()
+MAX_BUDGET = 100  # evaluations per search at most (the composed spaces have 1296 and 4608 points)
+# two-kernel pipelines, see compose(); no kernel in two of them, so one warms the other by transfer
+COMPOSED = [("rmsnorm", "layernorm"), ("softmax", "swiglu")]
 STRATEGIES = [
     "random_sample",
     "greedy_ils",
@@ -200,6 +203,20 @@ def fill(path: Path, fills: dict[str, tuple[Table, list[Judged]]], ops: list[str
     return graph
 
 
+def warm_sources(tables: dict[str, Table], composed: set[str], op: str) -> dict[str, list[str]]:
+    """The operators whose fill searches a warm run of `op` recalls, by kind of warm run. A sample
+    operator: every other one, or those of other families. A pipeline: the pipelines sharing no kernel
+    with it (their knobs have the same names; a sample operator's do not, nor is it another family)."""
+    if op in composed:
+        kernels = set(op.split("+"))
+        return {"kope warm": [o for o in composed if o != op and not kernels & set(o.split("+"))]}
+    real = [o for o in tables if o not in composed]
+    return {
+        "kope warm": [o for o in real if o != op],
+        "kope warm other-family": [o for o in real if tables[o].family != tables[op].family],
+    }
+
+
 def kernel_tuner_run(table: Table, strategy: str, seed: int, work: Path) -> list[float | None]:
     """Speedups of the distinct points Kernel Tuner evaluated, in order (simulation over the table)."""
     from kernel_tuner import tune_kernel
@@ -310,14 +327,9 @@ def main(argv: list[str] | None = None) -> int:
             cold[(op, seed)] = kope_run(table, seed)
             add(op, "kope cold", speedups_of(cold[(op, seed)]))
     for seed in range(args.seeds):
-        real = [op for op in tables if op not in composed]  # a pipeline's knobs are named apart: no transfer
-        fills = {op: (tables[op], cold[(op, seed)][:FILL_BUDGET]) for op in real}
-        for op in real:
-            table = tables[op]
-            for name, others in (
-                ("kope warm", [o for o in real if o != op]),
-                ("kope warm other-family", [o for o in real if tables[o].family != table.family]),
-            ):
+        fills = {op: (tables[op], cold[(op, seed)][:FILL_BUDGET]) for op in tables}
+        for op, table in tables.items():
+            for name, others in warm_sources(tables, composed, op).items():
                 graph = fill(work / f"{name.replace(' ', '-')}-{op}-{seed}.db", fills, others)
                 try:
                     # a different seed than the fill's: the warm search must not replay the same draws
