@@ -307,12 +307,13 @@ def measure_paired(
         order = [(reference, n_ref, ref), (candidate, n_cand, cand)]
         factors = rotation.factors()  # both kernels see the same inputs in a round, new ones each round
         for j, (fn, n, out) in enumerate(order if r % 2 == 0 else reversed(order)):
-            rotation.prepare(factors, rotation.used(r * n, n))
+            used = rotation.used(r * n, n)
+            rotation.prepare(factors, used)
             took = _run(fn, rotation.sets, r * n, n, clock, sync)
             out.append(took / n)
             spent += took
-            if check is not None:
-                check.block(r % len(rotation.sets), out is ref, first=j == 0)
+            if check is not None:  # one call a block: `used` is that call's one copy
+                check.block(used[0], out is ref, first=j == 0)
         r += 1
         look = r >= budget.min_rounds and (r - budget.min_rounds) % budget.look_every == 0
         if stop and look and stop(ref, cand):
