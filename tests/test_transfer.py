@@ -101,6 +101,24 @@ def test_a_value_the_graph_never_saw_is_tried_before_what_it_ranks(tmp_path) -> 
     assert statistics.median(warm) <= statistics.median(cold), (warm, cold)
 
 
+def test_a_budget_that_only_just_covers_the_space_tries_every_value_even_when_the_graph_leads(
+    tmp_path,
+) -> None:
+    """The graph arm steps one new value at a time; when the budget left is what covering the untried
+    values takes, it tries as many a point as the explore arm does, so nothing is left untried."""
+    wide = {"VEC": [0, 8, 16, 32], "THREADS": [1, 2, 4], "UNROLL": [1, 4]}
+    effects = {"VEC=16": 1.0, "VEC=8": 0.6, "VEC=32": 0.2, "THREADS=2": -0.3, "THREADS=4": -0.5}
+    sibling, target = table("sib", "rowwise", wide, effects), table("target", "rowwise", wide, effects)
+    for seed in range(6):
+        graph = warm_graph(tmp_path / f"g{seed}.db", [sibling], seed)
+        try:
+            tuner, history = search(target, seed + 100, graph, budget=3)
+        finally:
+            graph.close()
+        assert tuner.usage()["graph_led"] > 0 and len(history) == 3
+        assert tuner.untried("target") == [], seed
+
+
 def test_sources_that_agree_on_wrong_advice_cost_warm_at_most_one_evaluation(tmp_path) -> None:
     """Three sources of another family agree that THREADS=2 and UNROLL=4 win; on the target both lose
     and VEC=16 alone wins. The target's own verdicts must overrule them quickly."""

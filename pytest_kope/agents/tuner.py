@@ -11,8 +11,10 @@ outweighs what the graph says of it; with an empty graph the prior is the space'
 
 Two arms, chosen by a Beta-Bernoulli bandit on "did the proposal beat the incumbent":
 
-- **graph**: the point the model ranks best (its mean), among those that try the most values not
-  yet tried, except values the trusted sources agree lose;
+- **graph**: the point the model ranks best (its mean) among those that try at least one value not
+  yet tried (values the trusted sources agree lose do not count): a step where the graph and the
+  verdicts point, not a jump over every untried axis at once. When the budget left is no more than
+  what covering the untried values takes, it too tries the most untried values a point can;
 - **explore**: a Thompson draw, among the points that try the most values not yet tried, whatever
   the graph says of them (the cold tuner is this arm alone).
 
@@ -45,7 +47,7 @@ EXPLORE_RATE = 0.1
 OPERATOR_WEIGHT = {"operator": 1.0, "family": 0.5, "other": 0.25}  # how a source relates to this task
 HARDWARE_WEIGHT = {"hardware": 1.0, "arch": 0.5, "other": 0.25}
 THOMPSON_SCALE = 0.25  # posterior draws shrunk towards the mean: explore less than full Thompson
-GRAPH_SCALE = 0.05  # the graph arm follows its model's mean (a draw this small only breaks ties)
+GRAPH_SCALE = 0.0  # the graph arm follows its model's mean (ties broken at random)
 DECLARED_GAIN = 0.1  # prior log gain of a declared non-default value (see _declared_prior)
 DISCOUNT = 0.9  # the bandit forgets old rewards: the graph can stop paying midway
 
@@ -140,9 +142,9 @@ class Tuner:
             return []
         self._refit(s)
         out: list[Candidate] = []
-        for _ in range(min(n, len(pool))):
+        for k in range(min(n, len(pool))):
             arm = self._arm(s)
-            i = self._pick(s, arm, pool)
+            i = self._pick(s, arm, pool, ctx.budget_left - k)
             point = pool.pop(i)
             cand = self._candidate(base, point, arm)
             s.arm_of[cand.hash] = arm
@@ -162,18 +164,21 @@ class Tuner:
         draws = {arm: self.rng.beta(a, b) for arm, (a, b) in s.arms.items()}
         return max(draws, key=lambda arm: draws[arm])
 
-    def _pick(self, s: _Search, arm: str, pool: list[dict[str, Any]]) -> int:
-        """Index of the pool point that scores best under the model, among the points that try the
-        most values not yet tried. The explore arm counts every such value and draws from the posterior
-        (Thompson); the graph arm skips the values trusted sources agree lose (it still tries what they
-        rank level with the best and what they do not know) and follows the posterior mean."""
+    def _pick(self, s: _Search, arm: str, pool: list[dict[str, Any]], budget_left: int = 0) -> int:
+        """Index of the pool point that scores best under the model, among the points that try new
+        values. The explore arm takes the points that try the most values not yet tried and draws from
+        the posterior (Thompson); the graph arm takes any point that tries one, not counting the values
+        trusted sources agree lose, and follows the posterior mean, unless the budget left only just
+        covers the untried values (then it too takes the points that try the most, losers included)."""
         assert s.model is not None
-        skip = s.losers if arm == "graph" else set()
+        step = arm == "graph" and _covering(s) < budget_left  # else: cover, as the explore arm does
+        skip = s.losers if step else set()
         fresh = [
             sum((k := value_key(n, v)) not in s.tried and k not in skip for n, v in p.items()) for p in pool
         ]
         most = max(fresh)
-        candidates = [i for i in range(len(pool)) if fresh[i] == most]
+        need = min(most, 1) if step else most
+        candidates = [i for i in range(len(pool)) if fresh[i] >= need]
         x = s.model.design([pool[i] for i in candidates])
         scale = THOMPSON_SCALE if arm == "explore" else GRAPH_SCALE
         theta = s.model.mean + scale * (s.model.sample(self.rng) - s.model.mean)
@@ -270,6 +275,11 @@ class Tuner:
             if len(pool) >= POOL:
                 break
         return pool
+
+
+def _covering(s: _Search) -> int:
+    """The fewest proposals that try every value not yet tried (a point tries one value an axis)."""
+    return max((sum(value_key(n, v) not in s.tried for v in vs) for n, vs in s.space.axes.items()), default=0)
 
 
 def _declared_prior(space: TuningSpace) -> dict[str, float]:
