@@ -164,7 +164,7 @@ class Tuner:
         draws = {arm: self.rng.beta(a, b) for arm, (a, b) in s.arms.items()}
         return max(draws, key=lambda arm: draws[arm])
 
-    def _pick(self, s: _Search, arm: str, pool: list[dict[str, Any]], budget_left: int = 0) -> int:
+    def _pick(self, s: _Search, arm: str, pool: list[dict[str, Any]], budget_left: int) -> int:
         """Index of the pool point that scores best under the model, among the points that try new
         values. The explore arm takes the points that try the most values not yet tried and draws from
         the posterior (Thompson); the graph arm takes any point that tries one, not counting the values
@@ -181,7 +181,7 @@ class Tuner:
         candidates = [i for i in range(len(pool)) if fresh[i] >= need]
         x = s.model.design([pool[i] for i in candidates])
         scale = THOMPSON_SCALE if arm == "explore" else GRAPH_SCALE
-        theta = s.model.mean + scale * (s.model.sample(self.rng) - s.model.mean)
+        theta = s.model.mean + scale * (s.model.sample(self.rng) - s.model.mean) if scale else s.model.mean
         scores = x @ theta + 1e-9 * self.rng.random(len(candidates))
         return candidates[int(np.argmax(scores))]
 
@@ -232,10 +232,7 @@ class Tuner:
 
     def untried(self, operator: str) -> list[str]:
         """The values of the space this operator's search has not tried (the budget ran out first)."""
-        s = self.searches[operator]
-        return [
-            f"{n}={v}" for n, values in s.space.axes.items() for v in values if value_key(n, v) not in s.tried
-        ]
+        return [f"{n}={v}" for n, values in _untried_values(self.searches[operator]).items() for v in values]
 
     def source_weights(self, operator: str) -> dict[str, float]:
         """Each graph source's weight at the last refit (closeness times measured agreement)."""
@@ -277,9 +274,14 @@ class Tuner:
         return pool
 
 
+def _untried_values(s: _Search) -> dict[str, list[Any]]:
+    """Each axis's values the search has not tried yet."""
+    return {n: [v for v in values if value_key(n, v) not in s.tried] for n, values in s.space.axes.items()}
+
+
 def _covering(s: _Search) -> int:
     """The fewest proposals that try every value not yet tried (a point tries one value an axis)."""
-    return max((sum(value_key(n, v) not in s.tried for v in vs) for n, vs in s.space.axes.items()), default=0)
+    return max(map(len, _untried_values(s).values()), default=0)
 
 
 def _declared_prior(space: TuningSpace) -> dict[str, float]:
