@@ -16,6 +16,7 @@ from . import timing
 from .arrays import DEFAULT_RTOL
 from .guards import GuardedFunction
 from .outcome import Timing
+from .rotation import Rotation
 from .stats import Stats
 
 
@@ -83,7 +84,7 @@ class Bench:
         if ref is not None and self.outputs_unread:
             # in a forked timing child the arguments are the fork server's pages: poisoning the
             # caller's outputs faulted in a copy (64 MiB: ~0.1 s) that nothing read again
-            rotation = timing.Rotation(args, roles)
+            rotation = Rotation(args, roles)
             rotation.prepare([1.0] * len(rotation.sets), [0])  # the test's own inputs, exactly
             function(*rotation.sets[0])  # one guarded call first: never time a broken kernel
         else:

@@ -46,6 +46,7 @@ class Child:
         self.min_gain = spec.get("min_gain")  # paired timing stops once this gain is decided
         self.record = Path(spec["record"]) if spec.get("record") else None
         self.replay = Path(spec["replay"]) if spec.get("replay") else None
+        guards.SETTLED_IN_REPLAY = self.replay is not None
         self.rtol = float(spec.get("rtol") or DEFAULT_RTOL)
         self.ceilings = spec.get("ceilings")  # this machine's measured bandwidth and FMA ceilings
         self.recorder = None

@@ -277,9 +277,10 @@ def _warm(session: pytest.Session) -> None:
     # and numpy's lazily loaded random module, and compile the MXCSR helper with gcc (~0.1 s a child).
     import numpy.random  # noqa: F401
 
-    from . import bench, differential, fpstate, physics, timing  # noqa: F401
+    from . import bench, differential, fpstate, memops, physics, timing  # noqa: F401
 
     fpstate.read()
+    memops.available(), memops.streaming_bytes()  # compiled once here, not in every child
     ops = {op.name: op for item in session.items if (op := operator_of(item)) is not None}
     for op in ops.values():
         try:

@@ -1,0 +1,344 @@
+"""The timing protocol's passes over large host buffers (fresh inputs, poison, parking, comparing), in C.
+
+Each timed block of a perf test starts from fresh inputs and poisoned outputs, and one-call blocks are
+checked in every round: per block, a pass over every input and output. In numpy those passes were
+slower than the kernels they surround (a 64 MiB softmax: 21 ms of rescaling and poisoning, 28 ms of
+parking and comparing, around a 41 ms call), one thread, with stores that read every line first and
+leave it dirty in the cache for the timed call to write back. Here, for buffers larger than the
+last-level cache, the stores stream past the cache (SSE2 non-temporal stores, fenced before the
+timed window: no dirty line of the protocol is left for a kernel to pay for) and the pass is split
+over the cores this process may run on (plain pthreads, joined before returning: no thread pool
+left spinning beside a timed call). Smaller buffers keep numpy's cached stores, so a kernel timed
+in the cache still finds its inputs there.
+
+Results are bit for bit numpy's (a float times a float of the same width; a copy; a fill). Without
+gcc, off x86-64 (then plain stores, still threaded) or for arrays that are not contiguous float32 or
+float64, numpy does it, as before.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+_SRC = r"""
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
+
+enum { SCALE32, SCALE64, FILL, COPY, CMP32, CMP64 };
+typedef struct {
+    int op, stream; char *dst; const char *src; size_t n; double f; uint64_t pat; size_t phase;
+    double worst, scale; size_t lost;
+} Task;
+
+#define ALIGNED(p) (((uintptr_t)(p) & 15) == 0)
+#ifdef __SSE2__
+#define STREAMING 1
+#else
+#define STREAMING 0
+#endif
+
+/* Each pass: with `stream` (and SSE2), non-temporal stores from the first 16-byte boundary on;
+   plain stores for the rest, which the compiler vectorizes as it likes. */
+static void scale32(float *d, const float *s, float f, size_t n, int stream) {
+    size_t i = 0;
+#ifdef __SSE2__
+    if (stream) {
+        for (; i < n && !ALIGNED(d + i); i++) d[i] = s[i] * f;
+        __m128 v = _mm_set1_ps(f);
+        for (; i + 4 <= n; i += 4) _mm_stream_ps(d + i, _mm_mul_ps(_mm_loadu_ps(s + i), v));
+    }
+#endif
+    for (; i < n; i++) d[i] = s[i] * f;
+}
+
+static void scale64(double *d, const double *s, double f, size_t n, int stream) {
+    size_t i = 0;
+#ifdef __SSE2__
+    if (stream) {
+        for (; i < n && !ALIGNED(d + i); i++) d[i] = s[i] * f;
+        __m128d v = _mm_set1_pd(f);
+        for (; i + 2 <= n; i += 2) _mm_stream_pd(d + i, _mm_mul_pd(_mm_loadu_pd(s + i), v));
+    }
+#endif
+    for (; i < n; i++) d[i] = s[i] * f;
+}
+
+/* bytes [0, n) of a buffer whose byte 0 is pattern byte `phase`: the pattern repeats every 8 */
+static void fill(char *d, uint64_t pat, size_t phase, size_t n, int stream) {
+    const unsigned char *p = (const unsigned char *)&pat;
+    size_t i = 0;
+#ifdef __SSE2__
+    if (stream) {
+        for (; i < n && !ALIGNED(d + i); i++) d[i] = p[(phase + i) & 7];
+        unsigned char lane[16];
+        for (int k = 0; k < 16; k++) lane[k] = p[(phase + i + k) & 7];
+        __m128i v = _mm_loadu_si128((const __m128i *)lane);
+        for (; i + 16 <= n; i += 16) _mm_stream_si128((__m128i *)(d + i), v);
+    }
+#endif
+    if (i < n && ((phase + i) & 7) == 0 && ((uintptr_t)(d + i) & 7) == 0) {
+        uint64_t *w = (uint64_t *)(d + i);  /* the common case: whole words */
+        size_t words = (n - i) / 8;
+        for (size_t k = 0; k < words; k++) w[k] = pat;
+        i += words * 8;
+    }
+    for (; i < n; i++) d[i] = p[(phase + i) & 7];
+}
+
+static void copy(char *d, const char *s, size_t n, int stream) {
+    size_t i = 0;
+#ifdef __SSE2__
+    if (stream) {
+        for (; i < n && !ALIGNED(d + i); i++) d[i] = s[i];
+        for (; i + 16 <= n; i += 16)
+            _mm_stream_si128((__m128i *)(d + i), _mm_loadu_si128((const __m128i *)(s + i)));
+    }
+#endif
+    memcpy(d + i, s + i, n - i);
+}
+
+/* got = dst, want = src, both finite (else `lost` is set and the caller looks closer): the largest
+   |got - want| and |want|. SSE2 by hand: compilers vectorize no max reduction without -ffast-math */
+static void compare32(Task *t) {
+    const float *g = (const float *)t->dst, *w = (const float *)t->src;
+    float worst = 0, scale = 0;
+    int bad = 0;
+    size_t i = 0;
+#ifdef __SSE2__
+    const __m128i exp = _mm_set1_epi32(0x7f800000);
+    const __m128 abs = _mm_castsi128_ps(_mm_set1_epi32(0x7fffffff));
+    __m128 vw = _mm_setzero_ps(), vs = _mm_setzero_ps();
+    __m128i vbad = _mm_setzero_si128();
+    for (; i + 4 <= t->n; i += 4) {
+        __m128 a = _mm_loadu_ps(g + i), b = _mm_loadu_ps(w + i);
+        vbad = _mm_or_si128(vbad, _mm_cmpeq_epi32(_mm_and_si128(_mm_castps_si128(a), exp), exp));
+        vbad = _mm_or_si128(vbad, _mm_cmpeq_epi32(_mm_and_si128(_mm_castps_si128(b), exp), exp));
+        vw = _mm_max_ps(vw, _mm_and_ps(_mm_sub_ps(a, b), abs));
+        vs = _mm_max_ps(vs, _mm_and_ps(b, abs));
+    }
+    float lw[4], ls[4];
+    _mm_storeu_ps(lw, vw);
+    _mm_storeu_ps(ls, vs);
+    for (int k = 0; k < 4; k++) {
+        worst = lw[k] > worst ? lw[k] : worst;
+        scale = ls[k] > scale ? ls[k] : scale;
+    }
+    bad = _mm_movemask_epi8(vbad) != 0;
+#endif
+    for (; i < t->n; i++) {
+        bad |= !isfinite(g[i]) || !isfinite(w[i]);
+        float e = fabsf(g[i] - w[i]), m = fabsf(w[i]);
+        worst = e > worst ? e : worst;
+        scale = m > scale ? m : scale;
+    }
+    t->worst = worst, t->scale = scale, t->lost = bad;
+}
+
+static void compare64(Task *t) {
+    const double *g = (const double *)t->dst, *w = (const double *)t->src;
+    double worst = 0, scale = 0;
+    int bad = 0;
+    size_t i = 0;
+#ifdef __SSE2__
+    const __m128d abs = _mm_castsi128_pd(_mm_set1_epi64x(0x7fffffffffffffffLL));
+    const __m128d big = _mm_set1_pd(1.7976931348623157e308);
+    __m128d vw = _mm_setzero_pd(), vs = _mm_setzero_pd(), vbad = _mm_setzero_pd();
+    for (; i + 2 <= t->n; i += 2) {
+        __m128d a = _mm_loadu_pd(g + i), b = _mm_loadu_pd(w + i);
+        __m128d fa = _mm_and_pd(a, abs), fb = _mm_and_pd(b, abs);
+        /* not (|x| <= DBL_MAX): inf or NaN */
+        vbad = _mm_or_pd(vbad, _mm_or_pd(_mm_cmpnle_pd(fa, big), _mm_cmpnle_pd(fb, big)));
+        vw = _mm_max_pd(vw, _mm_and_pd(_mm_sub_pd(a, b), abs));
+        vs = _mm_max_pd(vs, fb);
+    }
+    double lw[2], ls[2];
+    _mm_storeu_pd(lw, vw);
+    _mm_storeu_pd(ls, vs);
+    for (int k = 0; k < 2; k++) {
+        worst = lw[k] > worst ? lw[k] : worst;
+        scale = ls[k] > scale ? ls[k] : scale;
+    }
+    bad = _mm_movemask_pd(vbad) != 0;
+#endif
+    for (; i < t->n; i++) {
+        bad |= !isfinite(g[i]) || !isfinite(w[i]);
+        double e = fabs(g[i] - w[i]), m = fabs(w[i]);
+        worst = e > worst ? e : worst;
+        scale = m > scale ? m : scale;
+    }
+    t->worst = worst, t->scale = scale, t->lost = bad;
+}
+
+static void *work(void *arg) {
+    Task *t = arg;
+    switch (t->op) {
+    case SCALE32: scale32((float *)t->dst, (const float *)t->src, (float)t->f, t->n, t->stream); break;
+    case SCALE64: scale64((double *)t->dst, (const double *)t->src, t->f, t->n, t->stream); break;
+    case FILL: fill(t->dst, t->pat, t->phase, t->n, t->stream); break;
+    case COPY: copy(t->dst, t->src, t->n, t->stream); break;
+    case CMP32: compare32(t); break;
+    case CMP64: compare64(t); break;
+    }
+#ifdef __SSE2__
+    if (t->stream) _mm_sfence();  /* streamed stores are visible before the caller goes on */
+#endif
+    return 0;
+}
+
+/* `n` elements of `size` bytes, split over `threads` (each part a multiple of 64 elements) */
+int kope_memop(int op, void *dst, const void *src, size_t n, size_t size, double f, uint64_t pat,
+               int threads, int stream, double *out) {
+    Task part[64];
+    pthread_t tid[64];
+    int made[64] = {0}, used = 0, bytewise = op == FILL || op == COPY;
+    if (threads < 1) threads = 1;
+    if (threads > 64) threads = 64;
+    size_t step = ((n + threads - 1) / threads + 63) / 64 * 64;
+    for (size_t start = 0; used == 0 || start < n; start += step, used++) {
+        size_t len = n - start < step ? n - start : step;
+        Task t = {op, stream, (char *)dst + start * size, (const char *)src + start * size,
+                  bytewise ? len * size : len, f, pat, (start * size) & 7, 0, 0, 0};
+        part[used] = t;
+    }
+    for (int k = 1; k < used; k++) made[k] = pthread_create(&tid[k], 0, work, &part[k]) == 0;
+    work(&part[0]);
+    for (int k = 1; k < used; k++) {
+        if (made[k]) pthread_join(tid[k], 0);
+        else work(&part[k]);  /* no thread to be had (a pids limit): this one does it */
+    }
+    double worst = 0, scale = 0, nonfinite = 0;
+    for (int k = 0; k < used; k++) {
+        if (part[k].worst > worst) worst = part[k].worst;
+        if (part[k].scale > scale) scale = part[k].scale;
+        nonfinite += part[k].lost;
+    }
+    if (out) { out[0] = worst; out[1] = scale; out[2] = nonfinite; }
+    return used;
+}
+"""
+SCALE32, SCALE64, FILL, COPY, CMP32, CMP64 = range(6)
+FLOATS = {np.dtype("float32"): (SCALE32, CMP32), np.dtype("float64"): (SCALE64, CMP64)}
+MIN_THREAD_BYTES = 4 << 20  # below this a thread costs more than it saves
+
+
+@functools.lru_cache(maxsize=1)
+def _lib() -> Any:
+    """The compiled passes (once per process; a fork server's children inherit them), or None."""
+    if os.environ.get("KOPE_NO_MEMOPS") or shutil.which("gcc") is None:
+        return None
+    import cffi
+
+    where = Path(tempfile.mkdtemp(prefix="kope-memops-"))
+    try:
+        (where / "memops.c").write_text(_SRC)
+        subprocess.run(
+            ["gcc", "-shared", "-fPIC", "-O3", "-pthread", "memops.c", "-o", "memops.so", "-lm"],
+            cwd=where,
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
+        ffi = cffi.FFI()
+        ffi.cdef(
+            "int kope_memop(int op, void *dst, const void *src, size_t n, size_t size, double f,"
+            " uint64_t pat, int threads, int stream, double *out);"
+        )
+        return ffi, ffi.dlopen(str(where / "memops.so"))  # stays mapped once the file is gone
+    except (OSError, subprocess.SubprocessError, cffi.CDefError):
+        return None
+    finally:
+        shutil.rmtree(where, ignore_errors=True)
+
+
+def available() -> bool:
+    """Whether the compiled passes are there (else numpy does every pass)."""
+    return _lib() is not None
+
+
+@functools.lru_cache(maxsize=1)
+def streaming_bytes() -> int:
+    """Buffers at least this large are written past the cache: they would not stay in it anyway."""
+    from .caches import last_level_cache_bytes
+
+    return last_level_cache_bytes()
+
+
+@functools.lru_cache(maxsize=1)
+def _threads() -> int:
+    return max(1, min(8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1))
+
+
+def _plan(nbytes: int) -> tuple[int, bool] | None:
+    """(threads, streamed) for a pass over `nbytes`, or None when numpy does as well (one thread,
+    cached stores) or the passes are not there."""
+    threads = _threads() if nbytes >= MIN_THREAD_BYTES else 1
+    stream = nbytes >= streaming_bytes()
+    return (threads, stream) if (threads > 1 or stream) and available() else None
+
+
+def _run(
+    op: int, dst: np.ndarray, src: np.ndarray | None, f: float = 0.0, pat: int = 0
+) -> list[float] | None:
+    """Run pass `op` over `dst` (and `src`): what it found (a comparison's maxima), or None when
+    numpy should do it (see `_plan`)."""
+    if not all(isinstance(a, np.ndarray) and a.flags.c_contiguous for a in (dst, src) if a is not None):
+        return None
+    plan = _plan(dst.nbytes)
+    if plan is None:
+        return None
+    ffi, lib = _lib()
+    out = ffi.new("double[3]")
+    source, target = (ffi.cast("void *", a.ctypes.data) for a in (dst if src is None else src, dst))
+    lib.kope_memop(op, target, source, dst.size, dst.itemsize, f, pat, plan[0], int(plan[1]), out)
+    return list(out)
+
+
+def scale_into(target: Any, pristine: Any, factor: float) -> bool:
+    """target = pristine * factor in the arrays' own float type; False: not done (the caller does it
+    with numpy)."""
+    if not isinstance(target, np.ndarray) or target.dtype not in FLOATS or not _same(target, pristine):
+        return False
+    return _run(FLOATS[target.dtype][0], target, pristine, float(target.dtype.type(factor))) is not None
+
+
+def fill(target: Any, element: np.generic) -> bool:
+    """Every element of `target` set to copies of the bits of `element` (whose size divides the
+    target's); False: not done."""
+    size = np.dtype(element.dtype).itemsize
+    if not isinstance(target, np.ndarray) or size not in (1, 2, 4, 8) or target.itemsize % size:
+        return False
+    pattern = int(np.frombuffer(element.tobytes() * (8 // size), dtype=np.uint64)[0])
+    return _run(FILL, target, None, pat=pattern) is not None
+
+
+def copy_into(target: Any, source: Any) -> bool:
+    """target[...] = source for arrays of one dtype and shape; False: not done."""
+    return isinstance(target, np.ndarray) and _same(target, source) and _run(COPY, target, source) is not None
+
+
+def compare(got: Any, want: Any) -> tuple[float, float] | None:
+    """(largest |got - want|, largest |want|) in one threaded pass, when both are all finite floats
+    of one dtype and shape; None otherwise (numpy looks closer)."""
+    if not isinstance(got, np.ndarray) or got.dtype not in FLOATS or not _same(got, want):
+        return None
+    found = _run(FLOATS[got.dtype][1], got, want)
+    if found is None or found[2]:
+        return None
+    return found[0], found[1]
+
+
+def _same(a: np.ndarray, b: Any) -> bool:
+    return isinstance(b, np.ndarray) and a.dtype == b.dtype and a.shape == b.shape
