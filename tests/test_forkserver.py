@@ -396,6 +396,38 @@ def test_fast_kernels_wrong_on_every_timed_call_are_caught_in_the_rounds():
         assert not timed(clock.kernel(1e-3)).mismatch
 
 
+def test_a_kernel_right_only_on_the_last_calls_of_each_block_is_caught_by_audits_cut_short(monkeypatch):
+    """Two copies, five calls a block: each copy's last write in a block is one of its last two
+    calls, so a kernel that counts its calls and works only there passes any check of whole blocks.
+    An audited block stops after 1-5 calls, so its last writes are calls the kernel skipped in four
+    cases of five (seeded here: the judge draws from the operating system)."""
+    import random
+
+    from pytest_kope.judge import outputcheck
+
+    budget = timing.Budget(min_rounds=6, max_rounds=6, max_time_s=30.0)
+    caught = 0
+    for seed in range(10):
+        monkeypatch.setattr(outputcheck.random, "SystemRandom", lambda seed=seed: random.Random(seed))
+        clock, calls = FakeClock(), []
+        x = np.random.default_rng(seed).standard_normal(4096).astype(np.float32)
+        ahead = budget.warmup + 1 + 5  # warm-up and calibration: then blocks of five
+
+        def last_two(x, y):
+            clock.now += 1e-3
+            calls.append(1)
+            np.multiply(x, 2 if len(calls) <= ahead or (len(calls) - ahead) % 5 in (4, 0) else 0, out=y)
+
+        args = (x, np.empty_like(x))
+        rotation = timing.Rotation(args, ["in", "out"], max_copies=2)
+        paired = timing.measure_paired(
+            clock.kernel(1e-3), last_two, args, clock, lambda: None, budget, ["in", "out"], rotation=rotation
+        )
+        assert paired.candidate.iterations == 5 and paired.copies == 2 and paired.audits == 1
+        caught += "audited" in paired.mismatch
+    assert caught >= 7, caught
+
+
 def test_audits_replay_in_place_kernels_as_often_as_the_candidate_ran():
     """An in-place kernel called many times a block compounds on its copy: the audit gives the
     reference the same fresh inputs and the same number of calls, so an honest in-place kernel

@@ -107,9 +107,9 @@ class Audit:
         rotation = self.rotation
         calls = self._random.randint(1, n)
         factors = rotation.factors()
-        used = rotation.used(start, calls)
-        rotation.prepare(factors, used)
+        rotation.prepare(factors, rotation.used(start, n))  # as for a whole block: no shorter pause
         self.block(self.candidate, start, calls)
+        used = rotation.used(start, calls)
         self.count += 1
         times = Counter((start + i) % len(rotation.sets) for i in range(calls))
         for k in used:
