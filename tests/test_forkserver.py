@@ -406,17 +406,18 @@ def test_a_kernel_right_only_on_the_last_calls_of_each_block_is_caught_by_audits
     from pytest_kope.judge import outputcheck
 
     budget = timing.Budget(min_rounds=6, max_rounds=6, max_time_s=30.0)
+    ahead = budget.warmup + 1 + 5  # warm-up and calibration: then blocks of five
     caught = 0
     for seed in range(10):
         monkeypatch.setattr(outputcheck.random, "SystemRandom", lambda seed=seed: random.Random(seed))
         clock, calls = FakeClock(), []
         x = np.random.default_rng(seed).standard_normal(4096).astype(np.float32)
-        ahead = budget.warmup + 1 + 5  # warm-up and calibration: then blocks of five
 
-        def last_two(x, y):
+        def last_two(x, y, clock=clock, calls=calls):
             clock.now += 1e-3
             calls.append(1)
-            np.multiply(x, 2 if len(calls) <= ahead or (len(calls) - ahead) % 5 in (4, 0) else 0, out=y)
+            work = len(calls) <= ahead or (len(calls) - ahead) % 5 in (4, 0)
+            np.multiply(x, 2 if work else 0, out=y)
 
         args = (x, np.empty_like(x))
         rotation = timing.Rotation(args, ["in", "out"], max_copies=2)

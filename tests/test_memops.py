@@ -64,3 +64,20 @@ def test_small_buffers_and_strided_views_stay_with_numpy():
     assert not memops.scale_into(small, small.copy(), 2.0)
     big = np.ones(4 << 20, np.float32)
     assert not memops.copy_into(big[::2], big[1::2].copy())
+
+
+def test_the_keyed_digest_sees_any_one_word_change_and_blocks_trading_places(monkeypatch):
+    """Its value does not depend on how many threads take the buffer; one flipped bit, or two
+    4096-word blocks swapped, changes it."""
+    x = np.random.default_rng(3).standard_normal((1 << 20) + 3).astype(np.float32)
+    seen = arrays.digest(x)
+    monkeypatch.setattr(memops, "_threads", lambda: 3)
+    monkeypatch.setattr(memops, "MIN_THREAD_BYTES", 0)
+    assert arrays.digest(x) == seen
+    flipped = x.copy()
+    flipped.view(np.uint32)[777_777] ^= 1
+    swapped = x.copy()
+    swapped[: 1 << 13], swapped[1 << 13 : 1 << 14] = x[1 << 13 : 1 << 14], x[: 1 << 13]
+    tail = x.copy()
+    tail[-1] += 1  # in the bytes after the last whole word
+    assert len({seen, arrays.digest(flipped), arrays.digest(swapped), arrays.digest(tail)}) == 4

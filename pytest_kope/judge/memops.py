@@ -1,25 +1,25 @@
-"""The timing protocol's passes over large host buffers (fresh inputs, poison, parking, comparing), in C.
+"""The judge's passes over large host buffers (fresh inputs, poison, parking, comparing, checksums), in C.
 
 Each timed block of a perf test starts from fresh inputs and poisoned outputs, and one-call blocks are
-checked in every round: per block, a pass over every input and output. In numpy those passes were
-slower than the kernels they surround (a 64 MiB softmax: 21 ms of rescaling and poisoning, 28 ms of
-parking and comparing, around a 41 ms call), one thread, with stores that read every line first and
-leave it dirty in the cache for the timed call to write back. Here, for buffers larger than the
-last-level cache, the stores stream past the cache (SSE2 non-temporal stores, fenced before the
-timed window: no dirty line of the protocol is left for a kernel to pay for) and the pass is split
-over the cores this process may run on (plain pthreads, joined before returning: no thread pool
-left spinning beside a timed call). Smaller buffers keep numpy's cached stores, so a kernel timed
-in the cache still finds its inputs there.
+checked in every round: per block, a pass over every input and output. In numpy those passes took
+longer than the kernels they surround (a 64 MiB softmax: 21 ms of rescaling and poisoning and 28 ms
+of parking and comparing around a 41 ms call), on one core. Here a pass over 4 MiB or more is split
+over the cores this process may run on (plain pthreads, joined before returning: no pool is left
+spinning beside a timed call), with ordinary stores, so the cache holds what numpy's passes left in
+it; only a buffer larger than the last-level cache, which would not stay there anyway, is written
+with SSE2 non-temporal stores, fenced before the timed window. The inputs' checksum (`digest`) is
+keyed with weights drawn from the operating system once per process.
 
 Results are bit for bit numpy's (a float times a float of the same width; a copy; a fill). Without
-gcc, off x86-64 (then plain stores, still threaded) or for arrays that are not contiguous float32 or
-float64, numpy does it, as before.
+gcc, or for arrays that are not contiguous, numpy does it, as before; off x86-64 the passes keep
+ordinary stores.
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import secrets
 import shutil
 import subprocess
 import tempfile
@@ -37,10 +37,10 @@ _SRC = r"""
 #include <emmintrin.h>
 #endif
 
-enum { SCALE32, SCALE64, FILL, COPY, CMP32, CMP64 };
+enum { SCALE32, SCALE64, FILL, COPY, CMP32, CMP64, DIGEST };
 typedef struct {
     int op, stream; char *dst; const char *src; size_t n; double f; uint64_t pat; size_t phase;
-    double worst, scale; size_t lost;
+    double worst, scale; size_t lost; uint64_t sum; const uint64_t *key;
 } Task;
 
 #define ALIGNED(p) (((uintptr_t)(p) & 15) == 0)
@@ -191,6 +191,21 @@ static void *work(void *arg) {
     case COPY: copy(t->dst, t->src, t->n, t->stream); break;
     case CMP32: compare32(t); break;
     case CMP64: compare64(t); break;
+    case DIGEST: {  /* per 4096-word block of the whole buffer: sum of word * key, times an odd
+                       weight of the block's index, so that blocks cannot trade places unseen */
+        const uint64_t *w = (const uint64_t *)t->src;
+        uint64_t sum = 0;
+        for (size_t i = 0; i < t->n;) {
+            size_t j = t->phase + i, at = j & 4095, end = i + (4096 - at);
+            const uint64_t *k = t->key + at - i;
+            uint64_t block = 0;
+            if (end > t->n) end = t->n;
+            for (; i < end; i++) block += w[i] * k[i];
+            sum += block * (((j >> 12) * 0x9E3779B97F4A7C15ull) | 1);
+        }
+        t->sum = sum;
+        break;
+    }
     }
 #ifdef __SSE2__
     if (t->stream) _mm_sfence();  /* streamed stores are visible before the caller goes on */
@@ -198,27 +213,39 @@ static void *work(void *arg) {
     return 0;
 }
 
-/* `n` elements of `size` bytes, split over `threads` (each part a multiple of 64 elements) */
-int kope_memop(int op, void *dst, const void *src, size_t n, size_t size, double f, uint64_t pat,
-               int threads, int stream, double *out) {
-    Task part[64];
-    pthread_t tid[64];
-    int made[64] = {0}, used = 0, bytewise = op == FILL || op == COPY;
+/* `n` elements of `size` bytes in parts of a multiple of 64 elements, one a thread; the count */
+static int split(Task proto, size_t n, size_t size, int threads, Task *part) {
+    int used = 0, bytewise = proto.op == FILL || proto.op == COPY;
     if (threads < 1) threads = 1;
     if (threads > 64) threads = 64;
     size_t step = ((n + threads - 1) / threads + 63) / 64 * 64;
     for (size_t start = 0; used == 0 || start < n; start += step, used++) {
         size_t len = n - start < step ? n - start : step;
-        Task t = {op, stream, (char *)dst + start * size, (const char *)src + start * size,
-                  bytewise ? len * size : len, f, pat, (start * size) & 7, 0, 0, 0};
-        part[used] = t;
+        part[used] = proto;
+        part[used].dst = proto.dst ? proto.dst + start * size : 0;
+        part[used].src = proto.src + start * size;
+        part[used].n = bytewise ? len * size : len;
+        part[used].phase = bytewise ? (start * size) & 7 : start;
     }
+    return used;
+}
+
+static void run(Task *part, int used) {
+    pthread_t tid[64];
+    int made[64] = {0};
     for (int k = 1; k < used; k++) made[k] = pthread_create(&tid[k], 0, work, &part[k]) == 0;
     work(&part[0]);
     for (int k = 1; k < used; k++) {
         if (made[k]) pthread_join(tid[k], 0);
         else work(&part[k]);  /* no thread to be had (a pids limit): this one does it */
     }
+}
+
+int kope_memop(int op, void *dst, const void *src, size_t n, size_t size, double f, uint64_t pat,
+               int threads, int stream, double *out) {
+    Task part[64], proto = {op, stream, dst, src, n, f, pat, 0, 0, 0, 0, 0, 0};
+    int used = split(proto, n, size, threads, part);
+    run(part, used);
     double worst = 0, scale = 0, nonfinite = 0;
     for (int k = 0; k < used; k++) {
         if (part[k].worst > worst) worst = part[k].worst;
@@ -228,8 +255,21 @@ int kope_memop(int op, void *dst, const void *src, size_t n, size_t size, double
     if (out) { out[0] = worst; out[1] = scale; out[2] = nonfinite; }
     return used;
 }
+
+/* sum of word i times an odd weight drawn from `key` and i: a change of one word changes it surely */
+uint64_t kope_digest(const void *words, size_t n, const uint64_t *key, int threads) {
+    Task part[64], proto = {DIGEST, 0, 0, words, n, 0, 0, 0, 0, 0, 0, 0, key};
+    int used = split(proto, n, 8, threads, part);
+    run(part, used);
+    uint64_t sum = 0;
+    for (int k = 0; k < used; k++) sum += part[k].sum;
+    return sum;
+}
 """
 SCALE32, SCALE64, FILL, COPY, CMP32, CMP64 = range(6)
+# this machine's own instructions (the passes are built where they run, as candidates are)
+FLAGS = ["-shared", "-fPIC", "-O3", "-march=native", "-pthread"]
+KEY_WORDS = 4096  # the digest's weights: drawn from the operating system once per process
 FLOATS = {np.dtype("float32"): (SCALE32, CMP32), np.dtype("float64"): (SCALE64, CMP64)}
 MIN_THREAD_BYTES = 4 << 20  # below this a thread costs more than it saves
 
@@ -245,7 +285,7 @@ def _lib() -> Any:
     try:
         (where / "memops.c").write_text(_SRC)
         subprocess.run(
-            ["gcc", "-shared", "-fPIC", "-O3", "-pthread", "memops.c", "-o", "memops.so", "-lm"],
+            ["gcc", *FLAGS, "memops.c", "-o", "memops.so", "-lm"],
             cwd=where,
             check=True,
             capture_output=True,
@@ -255,6 +295,7 @@ def _lib() -> Any:
         ffi.cdef(
             "int kope_memop(int op, void *dst, const void *src, size_t n, size_t size, double f,"
             " uint64_t pat, int threads, int stream, double *out);"
+            "uint64_t kope_digest(const void *words, size_t n, const uint64_t *key, int threads);"
         )
         return ffi, ffi.dlopen(str(where / "memops.so"))  # stays mapped once the file is gone
     except (OSError, subprocess.SubprocessError, cffi.CDefError):
@@ -342,3 +383,23 @@ def compare(got: Any, want: Any) -> tuple[float, float] | None:
 
 def _same(a: np.ndarray, b: Any) -> bool:
     return isinstance(b, np.ndarray) and a.dtype == b.dtype and a.shape == b.shape
+
+
+@functools.lru_cache(maxsize=1)
+def _key() -> Any:
+    ffi, _ = _lib()
+    odd = np.frombuffer(secrets.token_bytes(8 * KEY_WORDS), dtype=np.uint64) | np.uint64(1)
+    return ffi.new("uint64_t[]", [int(k) for k in odd])
+
+
+def digest(data: np.ndarray) -> int | None:
+    """A keyed checksum of a contiguous byte buffer's whole 64-bit words, threaded; None without
+    the compiled passes. The key is drawn once per process (a fork server's children share the
+    server's, drawn before any candidate ran), so no candidate can read from our source which
+    change of its inputs keeps the checksum."""
+    if not available() or not data.flags.c_contiguous:
+        return None
+    ffi, lib = _lib()
+    words = data.nbytes // 8
+    threads = _threads() if data.nbytes >= MIN_THREAD_BYTES else 1
+    return int(lib.kope_digest(ffi.cast("void *", data.ctypes.data), words, _key(), threads))
