@@ -144,12 +144,14 @@ def replay(folder: Path, functions: Mapping[str, Any], results: Path) -> list[st
     `<key>-<rep>-a<i>`.
     """
     results.mkdir(parents=True, exist_ok=True)
-    with warnings.catch_warnings():  # outputs decide here, not warnings (an ini may make them errors)
+    # outputs decide here, not warnings (an ini may make them errors); one pool of threads for every
+    # concurrent replay (a pool per call was a tenth of the replay)
+    with warnings.catch_warnings(), ThreadPoolExecutor(RACE_REPEATS - 1) as pool:
         warnings.simplefilter("ignore")
-        return _replay(folder, functions, results)
+        return _replay(folder, functions, results, pool)
 
 
-def _replay(folder: Path, functions: Mapping[str, Any], results: Path) -> list[str]:
+def _replay(folder: Path, functions: Mapping[str, Any], results: Path, pool: ThreadPoolExecutor) -> list[str]:
     problems: list[str] = []
     pending: list[tuple[dict[str, Any], list[tuple], list[int]]] = []
     settle, held = SettleLater(), 0
@@ -164,7 +166,7 @@ def _replay(folder: Path, functions: Mapping[str, Any], results: Path) -> list[s
         # the first run alone; the repeats at once, each on its own buffers, where the committed kernel
         # allows it: state shared between OpenMP threads (or calls) is then overwritten for sure
         together = sets[1:] if entry.get("concurrent") else []
-        errors = _call_all(fn, sets[:1] + ([] if together else sets[1:])) + _call_together(fn, together)
+        errors = _call_all(fn, sets[:1] + ([] if together else sets[1:])) + _call_together(fn, together, pool)
         if errors:
             problems.append(f"{_where(entry)}: {errors[0]}")
             continue
@@ -205,12 +207,11 @@ def _call_all(fn: Any, sets: list[tuple]) -> list[str]:
     return []
 
 
-def _call_together(fn: Any, sets: list[tuple]) -> list[str]:
+def _call_together(fn: Any, sets: list[tuple], pool: ThreadPoolExecutor) -> list[str]:
     """Call `fn` on every set at the same time, one thread each (kernels release the GIL)."""
     if not sets:
         return []
-    with ThreadPoolExecutor(len(sets)) as pool:
-        found = list(pool.map(lambda values: _call_all(fn, [values]), sets))
+    found = list(pool.map(lambda values: _call_all(fn, [values]), sets))
     return [e for errors in found for e in errors]
 
 
