@@ -50,16 +50,9 @@ class InRoundCheck:
             return
         was_reference, earlier = self.first
         want, got = (earlier, outputs) if was_reference else (outputs, earlier)
-        for i, expected in want.items():
-            found = got[i]
-            why = (
-                arrays.mismatch(found, expected, self.rtol)
-                if found is not None and expected is not None
-                else ""
-            )
-            if why and not self.mismatch:
-                copies = len(self.rotation.sets)
-                self.mismatch = f"on timed buffer copy {k + 1} of {copies}, output #{i}: {why}"
+        why = first_mismatch(got, want, self.rtol)
+        if why and not self.mismatch:
+            self.mismatch = f"on timed buffer copy {k + 1} of {len(self.rotation.sets)}, {why}"
         self.checked.add(k)
 
 
@@ -138,12 +131,11 @@ class Audit:
         for _ in range(times):
             self.reference(*values)
         self.sync()
-        for i in rotation.outputs:
-            got, want = arrays.host(rotation.sets[k][i]), arrays.host(values[i])
-            why = arrays.mismatch(got, want, self.rtol) if got is not None and want is not None else ""
-            if why:
-                return f"output #{i}: {why}"
-        return ""
+        return first_mismatch(
+            {i: rotation.sets[k][i] for i in rotation.outputs},
+            {i: values[i] for i in rotation.outputs},
+            self.rtol,
+        )
 
 
 def timed_outputs_mismatch(reference: Call, candidate: Call, rotation: Rotation, rtol: float) -> str:
@@ -163,11 +155,19 @@ def timed_outputs_mismatch(reference: Call, candidate: Call, rotation: Rotation,
                 _copy_into(scratch[i], values[i])
         reference(*(scratch.get(i, v) for i, v in enumerate(values)))
         candidate(*values)
-        for i in rotation.outputs:
-            got, want = arrays.host(values[i]), arrays.host(scratch[i])
-            why = arrays.mismatch(got, want, rtol) if got is not None and want is not None else ""
-            if why:
-                return f"on timed buffer copy {k + 1} of {len(rotation.sets)}, output #{i}: {why}"
+        why = first_mismatch({i: values[i] for i in rotation.outputs}, scratch, rtol)
+        if why:
+            return f"on timed buffer copy {k + 1} of {len(rotation.sets)}, {why}"
+    return ""
+
+
+def first_mismatch(got: dict[int, Any], want: dict[int, Any], rtol: float) -> str:
+    """ "output #i: why" for the first output whose host values differ from the reference's, or ""."""
+    for i, expected in want.items():
+        found, wanted = arrays.host(got[i]), arrays.host(expected)
+        why = arrays.mismatch(found, wanted, rtol) if found is not None and wanted is not None else ""
+        if why:
+            return f"output #{i}: {why}"
     return ""
 
 
