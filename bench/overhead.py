@@ -245,6 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--budget", type=int, default=24, help="attempts per operator a verification is spread over"
     )
+    parser.add_argument("--modes", default="", help="comma-separated judges to run (default: all)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "overhead.json")
     args = parser.parse_args(argv)
@@ -256,11 +257,12 @@ def main(argv: list[str] | None = None) -> int:
     tc = CToolchain()
     ceilings = ceilings_for(graph, tc.fingerprint(), work / "builds").to_json()
     print("isolation:", "; ".join(sandbox.isolation_summary()))
-    results: dict[str, list[dict]] = {mode: [] for mode in MODES}
+    modes = [m for m in MODES if not args.modes or m in args.modes.split(",")]
+    results: dict[str, list[dict]] = {mode: [] for mode in modes}
     aa: list[dict] = []
     for plan in plans(args.repo, [n for n in args.ops.split(",") if n]):
         attempts = candidates(plan, args.attempts, args.seed)
-        for mode in MODES if plan.operator.name < "m" else reversed(list(MODES)):  # alternate who goes first
+        for mode in modes if plan.operator.name < "m" else reversed(modes):  # alternate who goes first
             result = judge_operator(plan, mode, attempts, graph, ceilings, args.budget)
             results[mode].append({"operator": plan.operator.name, **result})
             print(

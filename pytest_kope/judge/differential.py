@@ -21,7 +21,6 @@ import json
 import re
 import shutil
 import warnings
-import zipfile
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -31,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from ..toolchains.base import IN, OUT, SCALAR, KernelFunction
-from . import arrays
+from . import arrays, callfiles
 from .guards import Call, SettleLater
 
 # (name, factor, offset in units of the input's largest magnitude)
@@ -94,8 +93,16 @@ class Recorder:
             return self._write(folder)
 
     def _write(self, folder: Path) -> int:
-        (folder / "inputs").mkdir(parents=True, exist_ok=True)
         (folder / "expected").mkdir(parents=True, exist_ok=True)
+        stream = callfiles.Stream(folder, "inputs")
+        try:
+            manifest = self._run_transforms(folder, stream)
+        finally:
+            stream.close()
+        (folder / "manifest.json").write_text(json.dumps(manifest))
+        return len(manifest)
+
+    def _run_transforms(self, folder: Path, stream: callfiles.Stream) -> list[dict[str, Any]]:
         manifest = []
         for c, call in enumerate(self.calls):
             for t, (name, factor, offset) in enumerate(TRANSFORMS):
@@ -106,7 +113,8 @@ class Recorder:
                 if t > 0 and not all(np.isfinite(o).all() for o in outputs.values() if o.dtype.kind == "f"):
                     continue  # the committed kernel itself breaks here: not held against a candidate
                 key = f"{c}-{t}"
-                np.savez(folder / "inputs" / f"{key}.npz", **{f"a{i}": x for i, x in inputs.items()})
+                for i, x in inputs.items():
+                    stream.write(f"{key}-a{i}", x)
                 np.savez(folder / "expected" / f"{key}.npz", **{f"a{i}": o for i, o in outputs.items()})
                 manifest.append(
                     {
@@ -114,6 +122,7 @@ class Recorder:
                         "function": call.function.name,
                         "test": call.test,
                         "transform": name,
+                        "inputs": {str(i): [list(x.shape), x.dtype.str] for i, x in inputs.items()},
                         "outputs": {str(i): [list(s), d] for i, (s, d) in call.outputs.items()},
                         "scalars": {str(i): v for i, v in call.scalars.items()},
                         "kinds": {str(i): k for i, k in call.kinds.items()},
@@ -122,8 +131,7 @@ class Recorder:
                         "concurrent": t == 0 and _reentrant(call, inputs, outputs),
                     }
                 )
-        (folder / "manifest.json").write_text(json.dumps(manifest))
-        return len(manifest)
+        return manifest
 
 
 def take_expected(folder: Path) -> dict[str, dict[str, np.ndarray]]:
@@ -140,27 +148,33 @@ def take_expected(folder: Path) -> dict[str, dict[str, np.ndarray]]:
 def replay(folder: Path, functions: Mapping[str, Any], results: Path) -> list[str]:
     """In a candidate's child: run every recorded input through the candidate's guarded functions.
 
-    Returns the guard violations and errors, one line each; outputs go to `results/batch<n>.npz`, as
-    `<key>-<rep>-a<i>`.
+    Returns the guard violations and errors, one line each; outputs go to `results` as a stream
+    (`callfiles`), each named `<key>-<rep>-a<i>`.
     """
-    results.mkdir(parents=True, exist_ok=True)
+    stream = callfiles.Stream(results, "outputs")
     # outputs decide here, not warnings (an ini may make them errors); one pool of threads for every
     # concurrent replay (a pool per call was a tenth of the replay)
-    with warnings.catch_warnings(), ThreadPoolExecutor(RACE_REPEATS - 1) as pool:
-        warnings.simplefilter("ignore")
-        return _replay(folder, functions, results, pool)
+    try:
+        with warnings.catch_warnings(), ThreadPoolExecutor(RACE_REPEATS - 1) as pool:
+            warnings.simplefilter("ignore")
+            return _replay(folder, functions, stream, pool)
+    finally:
+        stream.close()
 
 
-def _replay(folder: Path, functions: Mapping[str, Any], results: Path, pool: ThreadPoolExecutor) -> list[str]:
+def _replay(
+    folder: Path, functions: Mapping[str, Any], results: callfiles.Stream, pool: ThreadPoolExecutor
+) -> list[str]:
     problems: list[str] = []
     pending: list[tuple[dict[str, Any], list[tuple], list[int]]] = []
     settle, held = SettleLater(), 0
-    for entry in json.loads((folder / "manifest.json").read_text()):
+    manifest = json.loads((folder / "manifest.json").read_text())
+    recorded = callfiles.read(folder, "inputs", _input_layouts(manifest))
+    for entry in manifest:
         fn = functions.get(entry["function"])
         if fn is None:
             continue
-        with np.load(folder / "inputs" / f"{entry['key']}.npz", allow_pickle=False) as data:
-            inputs = {int(k[1:]): np.array(data[k]) for k in data.files}
+        inputs = {int(i): recorded[f"{entry['key']}-a{i}"] for i in entry["inputs"]}
         written = [i for i, a in enumerate(fn.function.args) if a.role not in (IN, SCALAR)]
         sets = [_replay_values(fn.function.args, entry, inputs) for _ in range(entry["repeats"])]
         # the first run alone; the repeats at once, each on its own buffers, where the committed kernel
@@ -180,21 +194,27 @@ def _replay(folder: Path, functions: Mapping[str, Any], results: Path, pool: Thr
     return problems + _settled(settle, pending, results)
 
 
+def _input_layouts(manifest: list[dict[str, Any]]) -> dict[str, callfiles.Layout]:
+    return {
+        f"{entry['key']}-a{i}": (tuple(shape), np.dtype(dtype))
+        for entry in manifest
+        for i, (shape, dtype) in entry["inputs"].items()
+    }
+
+
 def _settled(
-    settle: SettleLater, pending: list[tuple[dict[str, Any], list[tuple], list[int]]], results: Path
+    settle: SettleLater,
+    pending: list[tuple[dict[str, Any], list[tuple], list[int]]],
+    results: callfiles.Stream,
 ) -> list[str]:
     """Check that the pending calls' outputs stayed put (one wait for all), then write them."""
     changed = settle.check(named=True)
     if changed:
         return [f"differential check: {changed[0]}"]
-    outputs = {
-        f"{entry['key']}-{rep}-a{i}": arrays.host_copy(values[i])
-        for entry, sets, written in pending
-        for rep, values in enumerate(sets)
-        for i in written
-    }
-    if outputs:  # one archive a batch: a file per call was a third of the replay (108 opens for rowsum)
-        np.savez(results / f"batch{len(list(results.glob('batch*.npz')))}.npz", **outputs)
+    for entry, sets, written in pending:
+        for rep, values in enumerate(sets):
+            for i in written:
+                results.write(f"{entry['key']}-{rep}-a{i}", arrays.host(values[i]))
     return []
 
 
@@ -220,15 +240,21 @@ def compare(
 ) -> list[str]:
     """In the controller: where the candidate's replayed outputs differ from the committed kernel's."""
     manifest = json.loads((folder / "manifest.json").read_text())
+    layouts = {
+        f"{entry['key']}-{rep}-{name}": callfiles.layout(w)
+        for entry in manifest
+        for rep in range(entry["repeats"])
+        for name, w in expected.get(entry["key"], {}).items()
+    }
     try:
-        replayed = _read_batches(results)
-    except (ValueError, OSError, zipfile.BadZipFile) as e:
+        replayed = callfiles.read(results, "outputs", layouts)
+    except (ValueError, OSError) as e:
         return [f"differential check: unreadable output ({e})"]
     for entry in manifest:
         want = expected.get(entry["key"], {})
         for rep in range(entry["repeats"]):
             prefix = f"{entry['key']}-{rep}-"
-            got = {k[len(prefix) :]: v for k, v in replayed.items() if k.startswith(prefix)}
+            got = {name: replayed[prefix + name] for name in want if prefix + name in replayed}
             if not got:
                 return [f"{_where(entry)}: the candidate gave no output (run {rep + 1})"]
             for name, w in want.items():
@@ -248,15 +274,6 @@ def compare(
                     )
                     return [f"{_where(entry)}{run}: output #{name[1:]}: {why}"]
     return []
-
-
-def _read_batches(results: Path) -> dict[str, np.ndarray]:
-    """Every output the candidate's child wrote (`<key>-<rep>-a<i>` -> array), from its batches."""
-    out: dict[str, np.ndarray] = {}
-    for path in sorted(results.glob("batch*.npz")):
-        with np.load(path, allow_pickle=False) as data:
-            out.update({k: np.array(data[k]) for k in data.files})
-    return out
 
 
 def _where(entry: dict[str, Any]) -> str:
