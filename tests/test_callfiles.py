@@ -39,6 +39,8 @@ def test_arrays_read_back_as_written_in_the_layouts_given(tmp_path):
         ([["0-0-a0", 24]], 8, "ends after 8"),  # the index claims more than the stream holds
         ({"0-0-a0": 24}, 24, "unknown entry"),  # not a list at all
         ([["0-0-a0"]], 24, "unknown entry"),
+        ([["0-0-a0", 24.0]], 24, "unknown entry"),  # a size that is not a whole number of bytes
+        ([["0-0-a0", True]], 24, "unknown entry"),
     ],
 )
 def test_a_stream_that_does_not_add_up_is_refused(tmp_path, index, payload, why):
@@ -50,3 +52,9 @@ def test_a_stream_that_does_not_add_up_is_refused(tmp_path, index, payload, why)
 
 def test_no_stream_at_all_is_nothing(tmp_path):
     assert callfiles.read(tmp_path, "outputs", {"0-0-a0": ((3,), np.dtype(np.float64))}) == {}
+
+
+def test_an_index_nested_past_the_parser_is_refused(tmp_path):
+    (tmp_path / "outputs.json").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ValueError, match="not a list"):
+        callfiles.read(tmp_path, "outputs", {})

@@ -51,11 +51,14 @@ def read(folder: Path, name: str, layouts: Mapping[str, Layout]) -> dict[str, np
     does not add up to the stream's length: the stream may be a candidate's. No stream: nothing.
     """
     index_path, stream_path = folder / f"{name}.json", folder / f"{name}.bin"
-    index = json.loads(index_path.read_text()) if index_path.exists() else []
+    try:
+        index = json.loads(index_path.read_text()) if index_path.exists() else []
+    except RecursionError:  # nested deeper than the parser goes: not an index
+        raise ValueError(f"{index_path.name} is not a list of names and sizes") from None
     data = _mapped(stream_path)
     out, offset = {}, 0
     for item in index if isinstance(index, list) else [index]:
-        if not (isinstance(item, list) and len(item) == 2 and item[0] in layouts):
+        if not (isinstance(item, list) and len(item) == 2 and item[0] in layouts and type(item[1]) is int):
             raise ValueError(f"unknown entry {str(item)[:80]} in {index_path.name}")
         key, size = item
         shape, dtype = layouts[key]
