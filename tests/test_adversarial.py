@@ -370,12 +370,13 @@ def test_thread_past_name_screen_refused_by_library_check(main):
 def test_thread_still_writing_after_return(deep):
     """With the library check off, the C11 thread runs: the guard's second look must catch it."""
     # a write that lands after the guard's settle window (a loaded machine) fails the test's own check
-    # (or, writing into a buffer freed after the call, it brings its own process down)
+    # (a max error, seen in CI through Ray), or, writing into a buffer freed after the call, it brings
+    # its own process down
     _assert_failed(
         deep,
         "thread_escape",
         {"incorrect", "crashed"},
-        r"changed after the call returned|non-finite|killed by",
+        r"changed after the call returned|non-finite|killed by|max error",
     )
 
 

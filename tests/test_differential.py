@@ -348,4 +348,65 @@ def test_the_replay_checks_settling_once_for_all_its_calls(tmp_path):
     problems = differential.replay(tmp_path / "recorded", late_replay, tmp_path / "late")
     for t in threads:
         t.join()
-    assert problems and "changed after the call returned" in problems[0], problems
+    assert any("changed after the call returned" in p for p in problems), problems
+
+
+RACY = """\
+#include <math.h>
+static float scratch[1 << 14];  /* one buffer for every call: calls at once overwrite each other's */
+void softmax(const float *x, float *y, int rows, int cols) {
+    for (int r = 0; r < rows; r++) {
+        const float *xr = x + (long)r * cols;
+        float m = -INFINITY, s = 0.0f;
+        for (int c = 0; c < cols; c++) m = xr[c] > m ? xr[c] : m;
+        for (int c = 0; c < cols; c++) s += (scratch[c] = expf(xr[c] - m));
+        for (int c = 0; c < cols; c++) y[(long)r * cols + c] = scratch[c] / s;
+    }
+}
+"""
+
+
+def _softmax_functions(tmp_path: Path, text: str):
+    """A C softmax built with gcc and wrapped as the judge wraps a kernel: (recording, replaying)."""
+    import ctypes
+    import subprocess
+
+    import numpy as np
+
+    from pytest_kope.judge.guards import GuardedFunction, replay_guards
+    from pytest_kope.toolchains.base import Arg, KernelFunction
+
+    (tmp_path / "k.c").write_text(text)
+    lib = tmp_path / f"k{len(list(tmp_path.glob('*.so')))}.so"
+    subprocess.run(["gcc", "-O2", "-shared", "-fPIC", str(tmp_path / "k.c"), "-o", str(lib), "-lm"], check=True)
+    raw = ctypes.CDLL(str(lib)).softmax
+    ptr = np.ctypeslib.ndpointer(np.float32, flags="C")
+    raw.argtypes, raw.restype = [ptr, ptr, ctypes.c_int, ctypes.c_int], None
+    args = (Arg("x", "in"), Arg("y", "out"), Arg("rows", "scalar"), Arg("cols", "scalar"))
+    fn = KernelFunction("softmax", raw, args)
+    return GuardedFunction(fn), {"softmax": GuardedFunction(fn, replay_guards())}
+
+
+def test_calls_released_together_expose_state_shared_between_calls(tmp_path):
+    """A kernel right alone but sharing a static buffer between calls is named by the pairs the replay
+    starts at once; the honest kernel never is. Overlap is up to the machine, so the racy kernel gets
+    a few replays: a pair that overlaps at all shows the race (ten rows of 4000 take ~0.1 ms a call)."""
+    import numpy as np
+
+    from pytest_kope.judge import differential, guards
+
+    honest, honest_replay = _softmax_functions(tmp_path, C_KERNEL)
+    _, racy_replay = _softmax_functions(tmp_path, RACY)
+    recorder = guards.RECORDER = differential.Recorder()
+    try:
+        x = np.random.default_rng(0).standard_normal((10, 4000)).astype(np.float32)
+        honest(x, np.empty_like(x), 10, 4000)
+    finally:
+        guards.RECORDER = None
+    recorder.write(tmp_path / "recorded")
+    for k in range(3):
+        assert differential.replay(tmp_path / "recorded", honest_replay, tmp_path / f"honest{k}") == []
+    found = [differential.replay(tmp_path / "recorded", racy_replay, tmp_path / f"racy{k}") for k in range(5)]
+    assert any(found), found
+    named = [p for problems in found for p in problems]
+    assert all("called twice at once" in p or "differs" in p for p in named), named

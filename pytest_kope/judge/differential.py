@@ -9,7 +9,8 @@
    guards as a test, and writes the outputs. The untransformed ones run three times, with more OpenMP
    threads than cores, the last two at once on separate buffers where the committed kernel itself
    gives its answer that way: state a kernel shares between threads or calls is then overwritten for
-   sure, where a lone call on a busy machine may never show the race.
+   sure, where a lone call on a busy machine may never show the race; a few more pairs, made to
+   overlap, must agree with lone calls.
 4. The controller compares them with the committed kernel's, norm-wise: the decision is made by code
    the candidate never ran next to, whatever it did inside its own process. A transform on which the
    committed kernel itself is non-finite is skipped.
@@ -17,9 +18,11 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import shutil
+import time
 import warnings
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -30,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from ..toolchains.base import IN, OUT, SCALAR, KernelFunction
-from . import arrays, callfiles
+from . import arrays, callfiles, overlap
 from .guards import Call, SettleLater
 
 # (name, factor, offset in units of the input's largest magnitude)
@@ -167,7 +170,7 @@ def _replay(
 ) -> list[str]:
     problems: list[str] = []
     pending: list[tuple[dict[str, Any], list[tuple], list[int]]] = []
-    settle, held = SettleLater(), 0
+    settle, held, race_deadline = SettleLater(), 0, time.monotonic() + overlap.RACE_SECONDS
     manifest = json.loads((folder / "manifest.json").read_text())
     recorded = callfiles.read(folder, "inputs", _input_layouts(manifest))
     for entry in manifest:
@@ -181,6 +184,9 @@ def _replay(
         # allows it: state shared between OpenMP threads (or calls) is then overwritten for sure
         together = sets[1:] if entry.get("concurrent") else []
         errors = _call_all(fn, sets[:1] + ([] if together else sets[1:])) + _call_together(fn, together, pool)
+        if together and not errors:
+            values = functools.partial(_replay_values, fn.function.args, entry)
+            errors = overlap.pairs_agree(fn, values, inputs, sets[0], written, pool, race_deadline)
         if errors:
             problems.append(f"{_where(entry)}: {errors[0]}")
             continue
