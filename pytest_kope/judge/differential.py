@@ -173,6 +173,7 @@ def _replay(
     settle, held, race_deadline = SettleLater(), 0, time.monotonic() + overlap.RACE_SECONDS
     manifest = json.loads((folder / "manifest.json").read_text())
     recorded = callfiles.read(folder, "inputs", _input_layouts(manifest))
+    racing = overlap.chosen(manifest)
     for entry in manifest:
         fn = functions.get(entry["function"])
         if fn is None:
@@ -184,7 +185,7 @@ def _replay(
         # allows it: state shared between OpenMP threads (or calls) is then overwritten for sure
         together = sets[1:] if entry.get("concurrent") else []
         errors = _call_all(fn, sets[:1] + ([] if together else sets[1:])) + _call_together(fn, together, pool)
-        if together and not errors:
+        if entry["key"] in racing and not errors:
             values = functools.partial(_replay_values, fn.function.args, entry)
             errors = overlap.pairs_agree(fn, values, inputs, sets[0], written, pool, race_deadline)
         if errors:

@@ -6,6 +6,7 @@ answer when called from two threads at once; each pair is checked against lone c
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -18,10 +19,18 @@ from ..toolchains.base import IN, OUT, SCALAR
 from . import arrays
 from .guards import GuardedFunction
 
-RACE_PAIRS = 3  # pairs per recorded call, the first always, the rest while RACE_SECONDS lasts
+RACE_ENTRIES = 4  # recorded calls that get pairs: the largest (longest calls overlap most surely)
+RACE_PAIRS = 3  # pairs per such call, the first always, the rest while RACE_SECONDS lasts
 RACE_CALLS = 64  # at most this many calls by one member of a pair
 RACE_SECONDS = 0.05  # at most this long on pairs over one replay
 RACE_TOL = 0.05  # norm-wise: a race's error is of order 1, a reduction's changed order far below this
+
+
+def chosen(manifest: list[dict[str, Any]]) -> set[str]:
+    """The keys of the RACE_ENTRIES largest recorded calls that may be replayed at once."""
+    size = lambda e: sum(math.prod(shape) * np.dtype(d).itemsize for shape, d in e["inputs"].values())  # noqa: E731
+    concurrent = sorted((e for e in manifest if e.get("concurrent")), key=size, reverse=True)
+    return {e["key"] for e in concurrent[:RACE_ENTRIES]}
 
 
 def _call(fn: Any, values: tuple[Any, ...]) -> list[str]:
