@@ -409,4 +409,4 @@ def test_calls_released_together_expose_state_shared_between_calls(tmp_path):
     found = [differential.replay(tmp_path / "recorded", racy_replay, tmp_path / f"racy{k}") for k in range(5)]
     assert any(found), found
     named = [p for problems in found for p in problems]
-    assert all("called twice at once" in p or "differs" in p for p in named), named
+    assert all("two threads at once" in p or "differs" in p for p in named), named

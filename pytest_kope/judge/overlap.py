@@ -1,7 +1,13 @@
 """Calls made to overlap: a kernel that keeps state shared between calls or threads (a static
 scratch buffer, a cache) is right whenever nothing else runs beside it, so a lone call on a busy
 machine never shows it. Used by the differential replay where the committed kernel itself gives its
-answer when called from two threads at once; each pair is checked against lone calls in the child.
+answer when called from two threads at once.
+
+Two threads call the kernel over and over on their own buffers for a short window once both have
+begun (thread start skew, 0.3 ms on a VM, is longer than a small call, and an OpenMP team's compute
+is a few microseconds between waits), and every call's output is checked, in the child, against a
+lone call's on the same inputs. Two calls on the same data in step would write the same values into
+what they share and hide it, so the second thread takes the floating inputs halved.
 """
 
 from __future__ import annotations
@@ -19,18 +25,27 @@ from ..toolchains.base import IN, OUT, SCALAR
 from . import arrays
 from .guards import GuardedFunction
 
-RACE_ENTRIES = 4  # recorded calls that get pairs: the largest (longest calls overlap most surely)
-RACE_PAIRS = 3  # pairs per such call, the first always, the rest while RACE_SECONDS lasts
-RACE_CALLS = 64  # at most this many calls by one member of a pair
+RACE_ENTRIES = 4  # recorded calls that get pairs: the largest of distinct shapes (longest overlap most)
+RACE_PAIRS = 2  # pairs per such call, the first always, the second while RACE_SECONDS lasts
+RACE_WINDOW = 0.005  # seconds both threads keep calling once both have begun
+RACE_ALONE = 0.05  # seconds a thread keeps calling when the other has not begun
+RACE_CALLS = 256  # at most this many calls by one thread of a pair
 RACE_SECONDS = 0.05  # at most this long on pairs over one replay
 RACE_TOL = 0.05  # norm-wise: a race's error is of order 1, a reduction's changed order far below this
 
 
 def chosen(manifest: list[dict[str, Any]]) -> set[str]:
-    """The keys of the RACE_ENTRIES largest recorded calls that may be replayed at once."""
-    size = lambda e: sum(math.prod(shape) * np.dtype(d).itemsize for shape, d in e["inputs"].values())  # noqa: E731
-    concurrent = sorted((e for e in manifest if e.get("concurrent")), key=size, reverse=True)
-    return {e["key"] for e in concurrent[:RACE_ENTRIES]}
+    """The keys of the RACE_ENTRIES largest recorded calls of distinct shapes that may run at once."""
+    picked: dict[str, dict[str, Any]] = {}
+    for e in manifest:
+        shape = repr((e["function"], sorted(e["inputs"].items()), sorted(e["scalars"].items())))
+        if e.get("concurrent") and shape not in picked:
+            picked[shape] = e
+
+    def size(e: dict[str, Any]) -> int:
+        return sum(math.prod(shape) * np.dtype(d).itemsize for shape, d in e["inputs"].values())
+
+    return {e["key"] for e in sorted(picked.values(), key=size, reverse=True)[:RACE_ENTRIES]}
 
 
 def _call(fn: Any, values: tuple[Any, ...]) -> list[str]:
@@ -50,53 +65,57 @@ def pairs_agree(
     pool: ThreadPoolExecutor,
     deadline: float,
 ) -> list[str]:
-    """Pairs of calls that overlap must give what lone calls give (RACE_PAIRS). Two calls on the same
-    data in step would write the same values into what they share and hide it, so the second takes
-    the floating inputs halved."""
+    """Pairs of threads whose calls overlap must each get what a lone call gets (RACE_PAIRS)."""
     halved = {i: x * x.dtype.type(0.5) if x.dtype.kind == "f" else x for i, x in inputs.items()}
     lone = [alone, values_of(halved)]
     errors = _call(fn, lone[1])
+    wants = [{i: arrays.host_copy(values[i]) for i in written} for values in lone]
     for k in range(RACE_PAIRS):
         if errors or (k and time.monotonic() > deadline):
             return errors
         pair = [values_of(data) for data in (inputs, halved)]
-        members = _overlapping(fn, deadline)
-        found = pool.map(lambda m: _call(*m), zip(members, pair))
-        errors = [e for member in found for e in member]
-        for values, want in zip(pair, lone) if not errors else ():
-            for i in written:
-                got, lone_got = arrays.host(values[i]), arrays.host(want[i])
-                why = (
-                    arrays.mismatch(got, lone_got, RACE_TOL)
-                    if got is not None and lone_got is not None
-                    else ""
-                )
-                if why:  # state shared between calls or threads
-                    return [f"called twice at once (pair {k + 1}): output #{i} differs from alone: {why}"]
+        members, found = _overlapping(fn, wants, written)
+        errors = [e for member in pool.map(lambda m: _call(*m), zip(members, pair)) for e in member]
+        if found and not errors:  # state shared between calls or threads
+            return [f"called from two threads at once (pair {k + 1}): {found[0]}"]
     return errors
 
 
-def _overlapping(fn: Any, deadline: float) -> list[Any]:
-    """Two guarded copies of `fn` whose kernel calls overlap: thread start skew (0.3 ms on a VM) is
-    longer than a small call, so each repeats its call on its own buffers until one began while the
-    other was inside one, or the other is done; what is checked is the last call's output. A kernel
-    with an in-place argument is called once (a repeat would compound)."""
+def _overlapping(fn: Any, wants: list[dict[int, Any]], written: list[int]) -> tuple[list[Any], list[str]]:
+    """Two guarded copies of `fn` that call the kernel over and over on their buffers until
+    RACE_WINDOW after both began, checking each call's outputs against `wants` (what they say
+    goes into the returned list). A kernel with an in-place argument is called once (a repeat
+    would compound)."""
     once = any(a.role not in (IN, OUT, SCALAR) for a in fn.function.args)
-    inside, done = [False, False], [False, False]
+    began: list[float] = []
+    found: list[str] = []
 
     def member(me: int) -> GuardedFunction:
         def raw(*values: Any) -> Any:
-            for _ in range(RACE_CALLS):
-                overlapped, inside[me] = inside[1 - me], True
-                try:
-                    result = fn.function.raw(*values)
-                finally:
-                    inside[me] = False
-                if once or overlapped or done[1 - me] or time.monotonic() > deadline:
+            began.append(mine := time.monotonic())
+            for n in range(1, RACE_CALLS + 1):
+                result = fn.function.raw(*values)
+                for i in written:
+                    why = _differs(arrays.host(values[i]), wants[me][i])
+                    if why:
+                        found.append(
+                            f"call {n} of thread {me + 1}, output #{i} differs from a lone call's: {why}"
+                        )
+                now = time.monotonic()
+                both = len(began) == 2 and now - max(began) > RACE_WINDOW
+                if once or found or both or now - mine > RACE_ALONE:
                     break
-            done[me] = True
             return result
 
         return GuardedFunction(replace(fn.function, raw=raw), fn.guards)
 
-    return [member(0), member(1)]
+    return [member(0), member(1)], found
+
+
+def _differs(got: np.ndarray | None, want: np.ndarray | None) -> str:
+    """Why a call's output is not a lone call's; bitwise equality first, which most kernels give, so
+    the thread is back in the kernel within microseconds (the threaded norm-wise compare took 0.1 ms
+    a call and halved how often the two threads' kernels overlapped)."""
+    if got is None or want is None or np.array_equal(got, want, equal_nan=got.dtype.kind in "fc"):
+        return ""
+    return arrays.mismatch(got, want, RACE_TOL)
