@@ -378,7 +378,9 @@ def _softmax_functions(tmp_path: Path, text: str):
 
     (tmp_path / "k.c").write_text(text)
     lib = tmp_path / f"k{len(list(tmp_path.glob('*.so')))}.so"
-    subprocess.run(["gcc", "-O2", "-shared", "-fPIC", str(tmp_path / "k.c"), "-o", str(lib), "-lm"], check=True)
+    subprocess.run(
+        ["gcc", "-O2", "-shared", "-fPIC", str(tmp_path / "k.c"), "-o", str(lib), "-lm"], check=True
+    )
     raw = ctypes.CDLL(str(lib)).softmax
     ptr = np.ctypeslib.ndpointer(np.float32, flags="C")
     raw.argtypes, raw.restype = [ptr, ptr, ctypes.c_int, ctypes.c_int], None
