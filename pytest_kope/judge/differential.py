@@ -227,10 +227,8 @@ def _settled(
 
 def _call_all(fn: Any, sets: list[tuple]) -> list[str]:
     for values in sets:
-        try:
-            fn(*values)
-        except Exception as e:  # a guard violation or the kernel's own error: named, and judged
-            return [f"{type(e).__name__}: {str(e)[:300]}"]
+        if errors := overlap.call_named(fn, values):
+            return errors
     return []
 
 
@@ -238,7 +236,7 @@ def _call_together(fn: Any, sets: list[tuple], pool: ThreadPoolExecutor) -> list
     """Call `fn` on every set at the same time, one thread each (kernels release the GIL)."""
     if not sets:
         return []
-    found = list(pool.map(lambda values: _call_all(fn, [values]), sets))
+    found = list(pool.map(lambda values: overlap.call_named(fn, values), sets))
     return [e for errors in found for e in errors]
 
 

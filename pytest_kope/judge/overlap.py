@@ -30,7 +30,7 @@ RACE_PAIRS = 2  # pairs per such call, the first always, the second while RACE_S
 RACE_WINDOW = 0.005  # seconds both threads keep calling once both have begun
 RACE_ALONE = 0.05  # seconds a thread keeps calling when the other has not begun
 RACE_CALLS = 256  # at most this many calls by one thread of a pair
-RACE_SECONDS = 0.05  # at most this long on pairs over one replay
+RACE_SECONDS = 0.05  # second pairs only within this long of the replay's start
 RACE_TOL = 0.05  # norm-wise: a race's error is of order 1, a reduction's changed order far below this
 
 
@@ -48,7 +48,8 @@ def chosen(manifest: list[dict[str, Any]]) -> set[str]:
     return {e["key"] for e in sorted(picked.values(), key=size, reverse=True)[:RACE_ENTRIES]}
 
 
-def _call(fn: Any, values: tuple[Any, ...]) -> list[str]:
+def call_named(fn: Any, values: tuple[Any, ...]) -> list[str]:
+    """Call a guarded function; what went wrong, named in one line (none: an empty list)."""
     try:
         fn(*values)
     except Exception as e:  # a guard violation or the kernel's own error: named, and judged
@@ -68,14 +69,14 @@ def pairs_agree(
     """Pairs of threads whose calls overlap must each get what a lone call gets (RACE_PAIRS)."""
     halved = {i: x * x.dtype.type(0.5) if x.dtype.kind == "f" else x for i, x in inputs.items()}
     lone = [alone, values_of(halved)]
-    errors = _call(fn, lone[1])
+    errors = call_named(fn, lone[1])
     wants = [{i: arrays.host_copy(values[i]) for i in written} for values in lone]
     for k in range(RACE_PAIRS):
         if errors or (k and time.monotonic() > deadline):
             return errors
         pair = [values_of(data) for data in (inputs, halved)]
         members, found = _overlapping(fn, wants, written)
-        errors = [e for member in pool.map(lambda m: _call(*m), zip(members, pair)) for e in member]
+        errors = [e for member in pool.map(lambda m: call_named(*m), zip(members, pair)) for e in member]
         if found and not errors:  # state shared between calls or threads
             return [f"called from two threads at once (pair {k + 1}): {found[0]}"]
     return errors
