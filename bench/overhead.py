@@ -8,7 +8,8 @@ A/A false-win rate of the timing decision.
     python bench/overhead.py                      # all 8 sample operators, 6 attempts each per judge
     python bench/overhead.py --ops softmax,sgemm --attempts 4 --aa 0   # JSON: bench/results/overhead.json
 
-Per attempt (one candidate: correctness, then timing against the committed kernel if correct) the
+Per attempt (one candidate: correctness, then, if correct, timing against the best so far, with a
+second look for an undecided gain, as the optimize loop does) the
 seconds are split into: build (compile; the build step or the child's own build), start (process
 start or fork, collection, exit), correctness (the tests, the differential replay and compare), timing
 (the paired timing's protocol: inputs, poisoning, output checks), kernel (inside timed windows),
@@ -150,18 +151,20 @@ def judge_operator(plan: Plan, mode: str, attempts: list[Candidate], graph, ceil
     try:
         base = judge.baseline(plan.operator.baseline())
         judge.performance(base, base.candidate)
+        incumbent = base
         for k in range(0, len(attempts), plan.jobs):
             batch = judge.correctness(attempts[k : k + plan.jobs])
             for j in batch:
-                if j.outcome.correct:
-                    judge.performance(j, base.candidate)
+                if j.outcome.correct:  # timed against the best so far, as the loop does (`judge_batch`)
+                    if time_and_decide(judge, j, incumbent, plan.min_gain, lambda _: None):
+                        incumbent = j
                     rounds += [t.rounds for t in j.timings]
                     correct.append(j.candidate)
             spent = bookkeeping(graph, task, run_id, batch)
             for j in batch:
                 rows.append({**attempt_row(j), "bookkeeping": spent / len(batch)})
         verify = time.monotonic()
-        winner = (correct or attempts)[0]
+        winner = incumbent.candidate if incumbent is not base else (correct or attempts)[0]
         judge.fresh_processes()
         fresh = [judge.baseline(base.candidate), judge.correctness([winner])[0]]
         if fresh[1].outcome.correct:

@@ -249,8 +249,19 @@ def test_paired_timing_stops_once_the_bound_decides():
         ["in", "out"],
         stop=timing.decided(0.05),
     )
-    assert paired.ratio.rounds == timing.PAIRED.min_rounds, paired.ratio  # 4x slower: the first look
+    assert paired.ratio.rounds == timing.PAIRED.first_look == 4, paired.ratio  # 4x slower: the first look
     assert paired.ratio.median == pytest.approx(0.25)
+    faster = timing.measure_paired(
+        clock.kernel(4e-3),
+        clock.kernel(1e-3),
+        (x, np.empty_like(x)),
+        clock,
+        lambda: None,
+        timing.PAIRED,
+        ["in", "out"],
+        stop=timing.decided(0.05),
+    )
+    assert faster.ratio.rounds == timing.PAIRED.min_rounds == 6, faster.ratio  # a win needs the 95% bound
     unstopped = timing.measure_paired(
         clock.kernel(1e-3), clock.kernel(4e-3), (x, np.empty_like(x)), clock, lambda: None, timing.PAIRED
     )
@@ -281,6 +292,9 @@ def test_a_first_call_that_compiled_does_not_make_a_fast_kernel_one_call_a_round
 
 def test_the_stop_rule_is_the_verdicts_rule():
     stop = timing.decided(0.05)
+    assert stop([1.0] * 4, [1.01] * 4)  # four rounds, slower in each: not better, already
+    assert not stop([1.0] * 4, [0.5] * 4)  # faster in each: a win waits for the 95% bound
+    assert not stop([1.0, 1.0, 1.0, 1.0], [1.5, 1.5, 1.5, 0.99])  # faster once: undecided yet
     assert stop([1.0] * 10, [0.5] * 10)  # twice as fast every round: decided better
     assert stop([1.0] * 10, [2.0] * 10)  # twice as slow: decided not better
     assert not stop([1.0, 1.2, 0.9, 1.1, 1.0, 0.95, 1.15, 0.9, 1.05, 1.1], [1.0] * 10)  # undecided

@@ -30,10 +30,12 @@ class Budget:
     max_rounds: int = 50
     max_time_s: float = 1.0  # stop adding rounds after this much measuring
     look_every: int = 2  # paired: after min_rounds, ask every this many rounds whether the answer is known
+    first_look: int = 0  # paired: the round of the first look, when earlier than min_rounds (`decided`)
 
 
 PLAIN = Budget()
-PAIRED = Budget(min_rounds=6, max_rounds=41, max_time_s=3.0)  # 6: the fewest with a 95% bound
+# 6: the fewest rounds with a 95% bound; 4: the first look, for a candidate slower in every round
+PAIRED = Budget(min_rounds=6, max_rounds=41, max_time_s=3.0, first_look=4)
 Stop = Callable[[list[float], list[float]], bool]  # (reference, candidate) per-call times -> decided
 
 
@@ -43,12 +45,20 @@ def decided(min_gain: float) -> Stop:
     Better: the bound's low end above 1 and the median above 1 + `min_gain` (the verdict's own rule).
     Not better: the bound's high end below 1 + `min_gain`, so no more rounds would make it a gain.
     Looked at after 6 rounds (the fewest for which a 95% bound of the median exists: all six agree),
-    then every 2 (even counts keep the ABBA order balanced). Looking after every few rounds raises the chance of a false win above a single look's; the
-    bench (`bench/overhead.py`) measures it on A/A pairs, a kernel against itself.
+    then every 2 (even counts keep the ABBA order balanced). Looking after every few rounds raises the
+    chance of a false win above a single look's; the bench (`bench/overhead.py`) measures it on A/A
+    pairs, a kernel against itself.
+    Earlier, after 4 rounds, only one answer: not better, when the candidate was slower in every
+    round. Were its median ratio 1 + `min_gain` or more, four slower rounds in four would happen with
+    probability under 1/16 (a sign test), and far less unless rounds scatter by more than the gain;
+    it can only lose a win, never make one, and most candidates of a search are plainly slower (a
+    third fewer timed rounds for them).
     """
 
     def stop(reference: list[float], candidate: list[float]) -> bool:
         ratio = PairedRatio.of(reference, candidate)
+        if ratio.rounds < 6:
+            return all(r < c for r, c in zip(reference, candidate))
         return ratio.beats(min_gain) or ratio.high < 1.0 + min_gain
 
     return stop
@@ -153,7 +163,7 @@ def measure_paired(
 
     Each block starts from fresh inputs and poisoned outputs (outside the timed window); both kernels
     see the same inputs within a round, new ones every round. With `stop`, rounds end once it says
-    the answer is known (looked at after `min_rounds`, then every `look_every`). `rotation`: the
+    the answer is known (looked at after `first_look` and `min_rounds`, then every `look_every`). `rotation`: the
     copies of `args` to time on, when the caller made them already.
     """
     rotation = rotation if rotation is not None else Rotation(args, roles)
@@ -182,7 +192,9 @@ def measure_paired(
         r += 1
         if audit is not None and audit.due(r):
             audit.run(r * n_cand, n_cand)  # where the candidate's next block would start
-        look = r >= budget.min_rounds and (r - budget.min_rounds) % budget.look_every == 0
+        look = r == budget.first_look or (
+            r >= budget.min_rounds and (r - budget.min_rounds) % budget.look_every == 0
+        )
         if stop and look and stop(ref, cand):
             break
     found = _mismatch(check, audit)
@@ -216,7 +228,8 @@ def _checks(
         return (InRoundCheck(rotation, rtol) if rotation.outputs else None), None
     if not Audit.applies(rotation):
         return None, None
-    return None, Audit(rotation, reference, candidate, rtol, sync, budget.min_rounds, block)
+    earliest = min(budget.min_rounds, budget.first_look or budget.min_rounds)  # the sure audit before it
+    return None, Audit(rotation, reference, candidate, rtol, sync, earliest, block)
 
 
 def _mismatch(check: InRoundCheck | None, audit: Audit | None) -> str | None:
