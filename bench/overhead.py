@@ -165,8 +165,9 @@ def judge_operator(plan: Plan, mode: str, attempts: list[Candidate], graph, ceil
                 rows.append({**attempt_row(j), "bookkeeping": spent / len(batch)})
         verify = time.monotonic()
         winner = incumbent.candidate if incumbent is not base else (correct or attempts)[0]
-        judge.fresh_processes()
-        fresh = [judge.baseline(base.candidate), judge.correctness([winner])[0]]
+        fresh = [judge.baseline(base.candidate)]  # as `session.decide.verify`: recorded in a warm child,
+        judge.fresh_processes()  # then the winner in fresh processes
+        fresh.append(judge.correctness([winner])[0])
         if fresh[1].outcome.correct:
             judge.performance(fresh[1], base.candidate)
         verify = time.monotonic() - verify

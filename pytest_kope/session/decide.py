@@ -116,9 +116,13 @@ def verify(
 ) -> tuple[Judged | None, str]:
     """Re-run the winner in a fresh process with fresh inputs, timed against the baseline: the verified
     winner (its speedup now its ratio to the baseline), or None and why not (a judgement lost to the
-    machinery is not the candidate's failure: `fault` hears of it)."""
-    judge.fresh_processes()  # independence over speed: a new process, a new build
+    machinery is not the candidate's failure: `fault` hears of it).
+
+    The committed kernel records the differential check's calls on new seeds first, in a warm child
+    (it is trusted code, and the fork server never loads a candidate: a fresh process bought it
+    nothing but a second's start); the winner is then judged in fresh processes only."""
     judge.baseline(baseline.candidate)  # the differential check on inputs never seen before
+    judge.fresh_processes()  # independence over speed: a new process, a new build
     fresh = judge.correctness([incumbent.candidate])[0]
     if fresh.outcome.correct:
         judge.performance(fresh, baseline.candidate)
