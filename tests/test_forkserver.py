@@ -328,6 +328,45 @@ def test_slow_kernels_timed_outputs_are_checked_inside_the_rounds():
     assert len(honest_calls) == 2 + 8  # warm-up, a second slow call, one a round: no check calls after
 
 
+def test_calibration_reuses_prepared_copies_and_blocks_keep_only_the_copies_they_call():
+    """What a calibrating call writes is never read: a copy prepared once serves both kernels'
+    calibration. A block of n calls re-prepares the n copies it uses, so n copies are kept (two at
+    least); the rest were eight 64 MiB first touches for a 3 ms rowsum timed two calls a block."""
+    import time
+
+    from pytest_kope.judge.rotation import Rotation
+
+    x = np.random.default_rng(4).standard_normal(4096).astype(np.float32)
+    budget = timing.Budget(min_rounds=6, max_rounds=6, max_time_s=30.0, min_round_s=0.002)
+    for pace, calls, copies in ((0.003, 1, 2), (0.0012, 2, 2)):
+
+        def kernel(x, y, pace=pace):
+            time.sleep(pace)
+            _double(x, y)
+
+        rotation = Rotation((x, np.empty_like(x)), ["in", "out"])
+        assert len(rotation.sets) == 8  # a small call: as many copies as the rotation makes
+        prepared: list[int] = []
+        prepare = rotation.prepare
+        rotation.prepare = lambda f, used=None, poison=True: (
+            prepared.extend(used or []),
+            prepare(f, used, poison),
+        )
+        paired = timing.measure_paired(
+            kernel,
+            kernel,
+            (x, np.empty_like(x)),
+            time.perf_counter,
+            lambda: None,
+            budget,
+            ["in", "out"],
+            rotation=rotation,
+        )
+        assert paired.candidate.iterations == calls and paired.copies == copies and not paired.mismatch
+        if calls == 1:  # one preparation for both calibrations, then one per timed block
+            assert len(prepared) == 1 + 2 * 6, prepared
+
+
 def test_one_call_a_block_is_checked_inside_the_rounds_however_fast():
     """A kernel timed one call a block but far from slow (a 64 MiB memory-bound pass: tens of ms)
     has its outputs checked in the rounds too: no calls after them, a wrong one still named."""

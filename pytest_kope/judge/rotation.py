@@ -61,6 +61,7 @@ class Rotation:
             for k in range(copies)
         ]
         self.pristine = {i: args[i] for i in self.varied}  # on the arguments' own device
+        self.prepared: set[int] = set()  # copies given fresh inputs and poisoned outputs at least once
         self.bytes_per_call = size
         self._random = random.Random(0x6B6F7065)
 
@@ -68,22 +69,27 @@ class Rotation:
         """A new factor near 1 for every copy: no copy ever holds contents seen before."""
         return [self._random.uniform(0.97, 1.03) for _ in self.sets]
 
-    def prepare(self, factors: Sequence[float], used: Sequence[int] | None = None) -> None:
-        """Give the copies in `used` (all by default) fresh inputs and poisoned outputs."""
+    def prepare(self, factors: Sequence[float], used: Sequence[int] | None = None, poison: bool = True) -> None:
+        """Give the copies in `used` (all by default) fresh inputs and poisoned outputs (`poison`
+        False: the caller poisons them, as a guarded call's own guard does)."""
         for k in range(len(self.sets)) if used is None else used:
+            self.prepared.add(k)
             values = self.sets[k]
             for i in self.varied:
                 _rescale(values[i], self.pristine[i], factors[k])
             for i in self.outputs:
-                if self.roles[i] == OUT:
+                if self.roles[i] == OUT and poison:
                     arrays.poison(values[i])
 
     def keep(self, copies: int) -> None:
         """Cycle through the first `copies` copies only; the others were never written, so never
-        faulted in. For kernels timed one call a block, whose every block re-prepares its copy right
-        before the call, two copies do what eight did: under a 480 MiB last-level cache, eight copies
-        of a 128 MiB call were 1 GiB of first touches (1.3 s of a 1.6 s timing)."""
+        faulted in. Every timed block re-prepares the copies it uses right before its calls, so a
+        block of n calls needs n copies (two at least: consecutive calls never share a buffer), and
+        more do nothing but fault in memory: under a 480 MiB last-level cache, eight copies of a
+        128 MiB call were 1 GiB of first touches (1.3 s of a 1.6 s timing); a 3 ms rowsum timed two
+        calls a block on eight 64 MiB copies spent about a second of its timing there."""
         del self.sets[max(1, copies) :]
+        self.prepared &= set(range(len(self.sets)))
 
     def used(self, start: int, n: int) -> list[int]:
         """The copies a block of `n` calls from call number `start` goes through."""
