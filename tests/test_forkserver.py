@@ -328,6 +328,19 @@ def test_slow_kernels_timed_outputs_are_checked_inside_the_rounds():
     assert len(honest_calls) == 2 + 8  # warm-up, a second slow call, one a round: no check calls after
 
 
+def _count_preparations(rotation) -> list[int]:
+    """The copies `rotation` prepares from now on, one entry per preparation."""
+    prepared: list[int] = []
+    prepare = rotation.prepare
+
+    def counting(factors, used=None, poison=True):
+        prepared.extend(range(len(rotation.sets)) if used is None else used)
+        prepare(factors, used, poison)
+
+    rotation.prepare = counting
+    return prepared
+
+
 def test_calibration_reuses_prepared_copies_and_blocks_keep_only_the_copies_they_call():
     """What a calibrating call writes is never read: a copy prepared once serves both kernels'
     calibration. A block of n calls re-prepares the n copies it uses, so n copies are kept (two at
@@ -346,12 +359,7 @@ def test_calibration_reuses_prepared_copies_and_blocks_keep_only_the_copies_they
 
         rotation = Rotation((x, np.empty_like(x)), ["in", "out"])
         assert len(rotation.sets) == 8  # a small call: as many copies as the rotation makes
-        prepared: list[int] = []
-        prepare = rotation.prepare
-        rotation.prepare = lambda f, used=None, poison=True: (
-            prepared.extend(used or []),
-            prepare(f, used, poison),
-        )
+        prepared = _count_preparations(rotation)
         paired = timing.measure_paired(
             kernel,
             kernel,

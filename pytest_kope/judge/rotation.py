@@ -69,7 +69,9 @@ class Rotation:
         """A new factor near 1 for every copy: no copy ever holds contents seen before."""
         return [self._random.uniform(0.97, 1.03) for _ in self.sets]
 
-    def prepare(self, factors: Sequence[float], used: Sequence[int] | None = None, poison: bool = True) -> None:
+    def prepare(
+        self, factors: Sequence[float], used: Sequence[int] | None = None, poison: bool = True
+    ) -> None:
         """Give the copies in `used` (all by default) fresh inputs and poisoned outputs (`poison`
         False: the caller poisons them, as a guarded call's own guard does)."""
         for k in range(len(self.sets)) if used is None else used:
