@@ -239,28 +239,23 @@ class FakeClock:
 def test_paired_timing_stops_once_the_bound_decides():
     clock = FakeClock()
     x = np.random.default_rng(0).standard_normal(1 << 12).astype(np.float32)
-    paired = timing.measure_paired(
-        clock.kernel(1e-3),
-        clock.kernel(4e-3),
-        (x, np.empty_like(x)),
-        clock,
-        lambda: None,
-        timing.PAIRED,
-        ["in", "out"],
-        stop=timing.decided(0.05),
-    )
+
+    def timed(reference_s: float, candidate_s: float) -> timing.Paired:
+        return timing.measure_paired(
+            clock.kernel(reference_s),
+            clock.kernel(candidate_s),
+            (x, np.empty_like(x)),
+            clock,
+            lambda: None,
+            timing.PAIRED,
+            ["in", "out"],
+            stop=timing.decided(0.05),
+        )
+
+    paired = timed(1e-3, 4e-3)
     assert paired.ratio.rounds == timing.PAIRED.first_look == 4, paired.ratio  # 4x slower: the first look
     assert paired.ratio.median == pytest.approx(0.25)
-    faster = timing.measure_paired(
-        clock.kernel(4e-3),
-        clock.kernel(1e-3),
-        (x, np.empty_like(x)),
-        clock,
-        lambda: None,
-        timing.PAIRED,
-        ["in", "out"],
-        stop=timing.decided(0.05),
-    )
+    faster = timed(4e-3, 1e-3)
     assert faster.ratio.rounds == timing.PAIRED.min_rounds == 6, faster.ratio  # a win needs the 95% bound
     unstopped = timing.measure_paired(
         clock.kernel(1e-3), clock.kernel(4e-3), (x, np.empty_like(x)), clock, lambda: None, timing.PAIRED
