@@ -32,6 +32,11 @@ class Budget:
     look_every: int = 2  # paired: after min_rounds, ask every this many rounds whether the answer is known
     first_look: int = 0  # paired: the round of the first look, when earlier than min_rounds (`decided`)
 
+    def looks_after(self, rounds: int) -> bool:
+        """Whether paired rounds ask, after `rounds` of them, if the answer is known."""
+        after_min = rounds >= self.min_rounds and (rounds - self.min_rounds) % self.look_every == 0
+        return rounds == self.first_look or after_min
+
 
 PLAIN = Budget()
 # 6: the fewest rounds with a 95% bound; 4: the first look, for a candidate slower in every round.
@@ -197,10 +202,7 @@ def measure_paired(
         r += 1
         if audit is not None and audit.due(r):
             audit.run(r * n_cand, n_cand)  # where the candidate's next block would start
-        look = r == budget.first_look or (
-            r >= budget.min_rounds and (r - budget.min_rounds) % budget.look_every == 0
-        )
-        if stop and look and stop(ref, cand):
+        if stop and budget.looks_after(r) and stop(ref, cand):
             break
     found = _mismatch(check, audit)
     return Paired(
