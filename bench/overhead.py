@@ -272,6 +272,11 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"{plan.operator.name:10} {mode:6} {len(result['rows'])} attempts in {result['wall']:.1f} s"
             )
+            if MODES[mode]["fork_server"] and (
+                off := [n for n in result["notes"] if "fork servers off" in n]
+            ):
+                # e.g. an editable install pointing at another checkout: the children cannot import us
+                print(f"  WARNING: this judge ran without fork servers: {off[0].splitlines()[0][:300]}")
         if args.aa:
             aa += [{"operator": plan.operator.name, **p} for p in aa_pairs(plan, args.aa)]
     headers = ["judge", "attempts", *PHASES, "total", "overhead", "rounds", "wall s"]
