@@ -14,7 +14,7 @@ from typing import Any
 from ..toolchains.base import Kernel, Timer
 from . import timing
 from .arrays import DEFAULT_RTOL
-from .guards import GUARDS, GuardedFunction, PoisonOutputs
+from .guards import GuardedFunction, PoisonOutputs
 from .outcome import Timing
 from .rotation import Rotation
 from .stats import Stats
@@ -86,8 +86,7 @@ class Bench:
             # caller's outputs faulted in a copy (64 MiB: ~0.1 s) that nothing read again
             rotation = Rotation(args, roles)
             # the test's own inputs, exactly; outputs poisoned unless the call's own guard does it
-            guarded = function.guards if function.guards is not None else GUARDS
-            poisons = any(isinstance(g, PoisonOutputs) for g in guarded)
+            poisons = any(isinstance(g, PoisonOutputs) for g in function.active_guards)
             rotation.prepare([1.0] * len(rotation.sets), [0], poison=not poisons)
             function(*rotation.sets[0])  # one guarded call first: never time a broken kernel
         else:

@@ -233,11 +233,16 @@ class GuardedFunction:
         self.__name__ = function.name
         self.guards = guards  # None: whatever `GUARDS` holds at each call
 
+    @property
+    def active_guards(self) -> list[Guard]:
+        """The guards a call runs now: its own, or whatever `GUARDS` holds."""
+        return GUARDS if self.guards is None else self.guards
+
     def __call__(self, *values: Any) -> Any:
         call = Call(self.function, values)
         recorder = RECORDER
         inputs = {i: arrays.host_copy(v) for i, a, v in call.arrays if a.role != OUT} if recorder else {}
-        active = GUARDS if self.guards is None else self.guards
+        active = self.active_guards
         for guard in active:
             guard.before(call)
         result = self.function.raw(*values)

@@ -63,9 +63,9 @@ def decided(min_gain: float) -> Stop:
     """
 
     def stop(reference: list[float], candidate: list[float]) -> bool:
-        ratio = PairedRatio.of(reference, candidate)
-        if ratio.rounds < 6:
+        if len(reference) < 6:
             return all(r < c for r, c in zip(reference, candidate))
+        ratio = PairedRatio.of(reference, candidate)
         return ratio.beats(min_gain) or ratio.high < 1.0 + min_gain
 
     return stop
@@ -171,8 +171,8 @@ def measure_paired(
 
     Each block starts from fresh inputs and poisoned outputs (outside the timed window); both kernels
     see the same inputs within a round, new ones every round. With `stop`, rounds end once it says
-    the answer is known (looked at after `first_look` and `min_rounds`, then every `look_every`). `rotation`: the
-    copies of `args` to time on, when the caller made them already.
+    the answer is known (`Budget.looks_after`). `rotation`: the copies of `args` to time on, when the
+    caller made them already.
     """
     rotation = rotation if rotation is not None else Rotation(args, roles)
     calibrating: list[float] = []
