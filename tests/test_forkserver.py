@@ -340,26 +340,20 @@ def test_calibration_reuses_prepared_copies_and_blocks_keep_only_the_copies_they
     """What a calibrating call writes is never read: a copy prepared once serves both kernels'
     calibration. A block of n calls re-prepares the n copies it uses, so n copies are kept (two at
     least); the rest were eight 64 MiB first touches for a 3 ms rowsum timed two calls a block."""
-    import time
-
     from pytest_kope.judge.rotation import Rotation
 
     x = np.random.default_rng(4).standard_normal(4096).astype(np.float32)
     budget = timing.Budget(min_rounds=6, max_rounds=6, max_time_s=30.0, min_round_s=0.002)
-    for pace, calls, copies in ((0.003, 1, 2), (0.0012, 2, 2)):
-
-        def kernel(x, y, pace=pace):
-            time.sleep(pace)
-            _double(x, y)
-
+    for cost, calls, copies in ((3e-3, 1, 2), (1.2e-3, 2, 2)):  # a fake clock: no sleep decides it
+        clock = FakeClock()
         rotation = Rotation((x, np.empty_like(x)), ["in", "out"])
         assert len(rotation.sets) == 8  # a small call: as many copies as the rotation makes
         prepared = _count_preparations(rotation)
         paired = timing.measure_paired(
-            kernel,
-            kernel,
+            clock.kernel(cost),
+            clock.kernel(cost),
             (x, np.empty_like(x)),
-            time.perf_counter,
+            clock,
             lambda: None,
             budget,
             ["in", "out"],
