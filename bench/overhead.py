@@ -11,11 +11,14 @@ A/A false-win rate of the timing decision.
 Per attempt (one candidate: correctness, then, if correct, timing against the best so far, with a
 second look for an undecided gain, as the optimize loop does) the
 seconds are split into: build (compile; the build step or the child's own build), start (process
-start or fork, collection, exit), correctness (the tests, the differential replay and compare), timing
-(the paired timing's protocol: inputs, poisoning, output checks), kernel (inside timed windows),
-verification (the winner's fresh re-run, once per operator, spread over a 24-attempt budget; its own
-compiles and timed calls count as build and kernel) and bookkeeping
-(graph writes and lesson distillation). Harness overhead is all of it but build and kernel.
+start or fork, collection, exit), correctness (the judge's part of the correctness run: pytest's
+protocol, the guards around every kernel call, the differential replay and compare), tests (the
+operator's own test code in it: making inputs, computing references, asserting), timing (the paired
+timing's protocol: inputs, poisoning, output checks), kernel (inside timed windows), verification
+(the winner's fresh re-run, once per operator, spread over a 24-attempt budget; its own compiles and
+timed calls count as build and kernel) and bookkeeping (graph writes and lesson distillation).
+Overhead is all of it but build and kernel (the issue's measure); harness is overhead less the
+operator's own test code, which the judge runs but cannot make faster.
 
 A/A: the committed kernel against a copy of itself (same code, another candidate), timed by the
 judge as a candidate is, with the session's rule (`session.decide.time_and_decide`): a false win is a
@@ -48,7 +51,7 @@ from pytest_kope.session.decide import time_and_decide  # noqa: E402
 from pytest_kope.toolchains.base import judging_env  # noqa: E402
 from pytest_kope.toolchains.c import CToolchain  # noqa: E402
 
-PHASES = ["build", "start", "correctness", "timing", "kernel", "verification", "bookkeeping"]
+PHASES = ["build", "start", "correctness", "tests", "timing", "kernel", "verification", "bookkeeping"]
 MODES = {
     "before": {"fork_server": False, "sequential": False, "record_inputs": False},
     "after, body per child": {"fork_server": True, "sequential": True, "record_inputs": False},
@@ -226,6 +229,7 @@ def summarize(results: dict[str, list[dict]]) -> list[list]:
         rows = [r for op in ops for r in op["rows"]]
         total = [sum(r[p] for p in PHASES) for r in rows]
         overhead = [t - r["build"] - r["kernel"] for t, r in zip(total, rows)]
+        harness = [o - r["tests"] for o, r in zip(overhead, rows)]
         rounds = [x for op in ops for x in op["rounds"]]
         table.append(
             [
@@ -234,6 +238,7 @@ def summarize(results: dict[str, list[dict]]) -> list[list]:
                 *(median([r[p] for r in rows]) for p in PHASES),
                 median(total),
                 median(overhead),
+                median(harness),
             ]
             + [median(rounds), sum(op["wall"] for op in ops)]
         )
@@ -279,8 +284,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  WARNING: this judge ran without fork servers: {off[0].splitlines()[0][:300]}")
         if args.aa:
             aa += [{"operator": plan.operator.name, **p} for p in aa_pairs(plan, args.aa)]
-    headers = ["judge", "attempts", *PHASES, "total", "overhead", "rounds", "wall s"]
-    print("\nper attempt, median seconds (overhead: all but build and kernel)")
+    headers = ["judge", "attempts", *PHASES, "total", "overhead", "harness", "rounds", "wall s"]
+    print("\nper attempt, median seconds (overhead: all but build and kernel; harness: overhead less tests)")
     print(tabulate(summarize(results), headers=headers, floatfmt=".3f"))
     if aa:
         wins = sum(p["false_win"] for p in aa)

@@ -174,6 +174,30 @@ def test_each_candidate_is_built_once_and_the_cache_is_read_only_to_children(tmp
     assert judged.phases["build"] > 0 and judged.phases["start"] < judged.seconds
 
 
+def test_the_tests_own_code_is_told_apart_from_the_kernel_and_the_judge(tmp_path):
+    """`tests`: what correctness test bodies spent outside guarded kernel calls (the bench's split)."""
+    plan = _plan(
+        tmp_path,
+        tests=TESTS.replace(
+            "    kernel.scale(x, y, n)\n", "    time.sleep(0.05)\n    kernel.scale(x, y, n)\n"
+        ).replace("import numpy", "import time\nimport numpy"),
+    )
+    plan.seeds = 2  # 2 tests x 2 seeds: 4 bodies of 50 ms, each calling a 100 ms kernel
+    judge = Judge(plan, lambda c: [])
+    slow = _candidate(
+        plan, KERNEL.format(prelude="#include <unistd.h>", body="    usleep(100000);", after="")
+    )
+    try:
+        assert judge.baseline(plan.operator.baseline()).outcome == Outcome.OK
+        (judged,) = judge.correctness([slow])
+    finally:
+        judge.close()
+    assert judged.outcome == Outcome.OK, judged.failures
+    # the sleeps, and not the kernel's 0.4 s or more (more: the guards' own calls)
+    assert 0.2 <= judged.phases["tests"] < 0.45, judged.phases
+    assert judged.phases["correctness"] >= 0.4, judged.phases  # the guarded calls are the judge's
+
+
 def test_a_build_failure_is_remembered_not_rebuilt(tmp_path):
     plan = _plan(tmp_path)
     judge = Judge(plan, lambda c: [])

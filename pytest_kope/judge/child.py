@@ -50,6 +50,7 @@ class Child:
         self.rtol = float(spec.get("rtol") or DEFAULT_RTOL)
         self.ceilings = spec.get("ceilings")  # this machine's measured bandwidth and FMA ceilings
         self.recorder = None
+        self.tests_s = 0.0  # in correctness test bodies, outside guarded calls: the tests' own code
         if self.record is not None:
             from .differential import Recorder
 
@@ -115,6 +116,15 @@ class Child:
             self.recorder.test = base_nodeid(nodeid)
 
     @pytest.hookimpl(wrapper=True)
+    def pytest_pyfunc_call(self, pyfuncitem: pytest.Function) -> Any:
+        began, guarded = time.perf_counter(), guards.CALLED_S
+        try:
+            return (yield)
+        finally:
+            if self.reference is None:  # a timing child's test body is the timing
+                self.tests_s += time.perf_counter() - began - (guards.CALLED_S - guarded)
+
+    @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
         report = yield
         if call.excinfo is not None:
@@ -169,6 +179,7 @@ class Child:
             build_s=sum(BUILD_SECONDS),
             timed_s=bench.timed_s if bench else 0.0,
             kernel_s=bench.kernel_s if bench else 0.0,
+            tests_s=self.tests_s,
         )
         self.out.close()
 

@@ -36,6 +36,9 @@ PROBE = False  # switched on in judging children only: plain runs pay nothing
 SETTLED_IN_REPLAY = False
 PROBE_MAX_BYTES = 64 << 20  # remember calls up to this size for the address probe
 RECORDER: Callable[[KernelFunction, tuple[Any, ...], dict[int, Any]], None] | None = None
+# Wall time inside guarded calls (guards and kernel): what a test body spent beyond it is the test's own
+# code (inputs, references, asserts), which a judging child reports apart from the judge's checks.
+CALLED_S = 0.0
 _LAST: dict[tuple[Any, ...], tuple[dict[int, np.ndarray], dict[int, np.ndarray]]] = {}
 
 
@@ -239,6 +242,14 @@ class GuardedFunction:
         return GUARDS if self.guards is None else self.guards
 
     def __call__(self, *values: Any) -> Any:
+        global CALLED_S
+        began = time.perf_counter()
+        try:
+            return self._checked(values)
+        finally:
+            CALLED_S += time.perf_counter() - began
+
+    def _checked(self, values: tuple[Any, ...]) -> Any:
         call = Call(self.function, values)
         recorder = RECORDER
         inputs = {i: arrays.host_copy(v) for i, a, v in call.arrays if a.role != OUT} if recorder else {}

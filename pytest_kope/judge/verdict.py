@@ -157,16 +157,19 @@ def _dedupe(failures: list[str]) -> list[str]:
 def phases(events: list[dict[str, Any]], began: float, ended: float, timing: bool) -> dict[str, float]:
     """Where one child's wall time went, from its events' clock readings (CLOCK_MONOTONIC is shared
     by every process): `start` (spawn or fork to collected, plus done to reaped), `build` (building
-    or loading kernels), `kernel` (timed kernel calls), and the rest as `timing` or `correctness`."""
+    or loading kernels), `kernel` (timed kernel calls), `tests` (the correctness tests' own code:
+    making inputs, references, asserts), and the rest as `timing` or `correctness`."""
     rest = "timing" if timing else "correctness"
     collected = next((e["t"] for e in events if e["event"] == "collected" and "t" in e), None)
     done = next((e for e in events if e["event"] == "done" and "t" in e), None)
     if collected is None or done is None:
-        return {"start": 0.0, "build": 0.0, "kernel": 0.0, rest: ended - began}
+        return {"start": 0.0, "build": 0.0, "kernel": 0.0, "tests": 0.0, rest: ended - began}
     build, kernel = float(done.get("build_s", 0.0)), float(done.get("kernel_s", 0.0))
+    tests = float(done.get("tests_s", 0.0))
     return {
         "start": max(0.0, collected - began) + max(0.0, ended - done["t"]),
         "build": build,
         "kernel": kernel,
-        rest: max(0.0, done["t"] - collected - build - kernel),
+        "tests": tests,
+        rest: max(0.0, done["t"] - collected - build - kernel - tests),
     }
