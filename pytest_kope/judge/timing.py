@@ -180,8 +180,7 @@ def measure_paired(
     n_cand = calibrate(candidate, rotation, clock, sync, budget, lazy=True, spent=calibrating)
     ref, cand, spent, r, window = [], [], 0.0, 0, clock()
     one_call = n_ref == n_cand == 1
-    if not one_call:  # every block prepares the copies it uses: no block uses more than it calls
-        rotation.keep(max(2, n_ref, n_cand))
+    rotation.keep(max(2, n_ref, n_cand))  # every block prepares the copies it uses, right before its calls
 
     def block(fn: Call, start: int, n: int) -> float:
         return _run(fn, rotation.sets, start, n, clock, sync)
@@ -231,7 +230,6 @@ def _checks(
     copy from the same inputs in a round, compared there, every round. Many calls a block: audits
     (`outputcheck.Audit`); parking their copies between timed blocks moved a 1.10x ratio to 1.04."""
     if one_call:
-        rotation.keep(2)  # each block prepares its copy right before its call: two do what more would
         return (InRoundCheck(rotation, rtol) if rotation.outputs else None), None
     if not Audit.applies(rotation):
         return None, None
