@@ -43,6 +43,9 @@ class ReplayRun:
             (agent / op).mkdir(parents=True)
             for name in names:
                 shutil.copy(tricks / op / f"{name}.c", agent / op / f"{name}.c")
+                sidecar = tricks / op / f"{name}.json"  # params and idea, when the candidate has them
+                if sidecar.exists():
+                    shutil.copy(sidecar, agent / op / sidecar.name)
         git(self.repo, "init", "-q", "-b", "main")
         git(self.repo, "add", "-A")
         git(self.repo, "commit", "-qm", "operators")
