@@ -95,6 +95,7 @@ def operator_summary(
                 "params": j.candidate.params,
                 "parent": j.candidate.parent,
                 "outcome": j.outcome.value,
+                "reason": j.reason[:500],
                 "ratio": j.ratio,
                 "ratio_low": j.ratio_low,
                 "speedup": j.speedup,

@@ -72,6 +72,25 @@ class Judged:
     def time_s(self) -> float | None:
         return sum(t.candidate_s for t in self.timings) if self.timings else None
 
+    @property
+    def reason(self) -> str:
+        """Why the verdict is what it is, in one line: the first failure, the physics bound a suspect
+        time broke, or the paired ratio that made (or did not make) a correct candidate a gain."""
+        if self.outcome == Outcome.SUSPECT:
+            why = next((n for n in self.notes if n.startswith("suspect: ")), "")
+            return why.removeprefix("suspect: ") or "timed faster than physics allows"
+        if self.failures:
+            return self.failures[0]
+        if not self.outcome.correct:
+            return self.outcome.value
+        if self.ratio is None or self.ratio_low is None:
+            return "passed every correctness test; no performance test timed it"
+        high = _geomean([t.ratio_high for t in self.timings])
+        bound = f"{self.ratio:.3f}x the incumbent, 95% interval [{self.ratio_low:.3f}, {high:.3f}]"
+        if self.outcome == Outcome.BETTER:
+            return f"correct and faster beyond noise: {bound}"
+        return f"correct, not faster beyond noise: {bound}"
+
     def summary(self) -> str:
         """One line for humans and for the LLM's next turn."""
         head = f"{self.candidate.short} {self.outcome.value}"
