@@ -156,7 +156,10 @@ def test_every_verdict_says_why_in_the_report(tmp_path: Path) -> None:
     win = judged({"VEC": 8}, Outcome.BETTER, 3.0, parent=base.candidate.hash)
     slow = judged({"VEC": 4}, Outcome.OK, 0.8, parent=base.candidate.hash)
     suspect = judged({"VEC": 16}, Outcome.SUSPECT, 900.0, parent=base.candidate.hash)
-    suspect.notes = ["second look: undecided", "suspect: t::test_perf: moved 64 MB in 1 us, beyond the 80 GB/s"]
+    suspect.notes = [
+        "second look: undecided",
+        "suspect: t::test_perf: moved 64 MB in 1 us, beyond the 80 GB/s",
+    ]
     broken = judged({"VEC": 2}, Outcome.INCORRECT, parent=base.candidate.hash)
     broken.failures = ["t::test_f: max error 0.5 > 1e-05"]
     op = SimpleNamespace(name="f", family="elementwise", toolchain="c", source=tmp_path / "f.c")
@@ -164,7 +167,9 @@ def test_every_verdict_says_why_in_the_report(tmp_path: Path) -> None:
         op, base, win, True, 4, 1, [win, slow, suspect, broken], "kope/f", "abc", "", 1.0
     )
     reasons = {c["outcome"] + str(c["params"]["VEC"]): c["reason"] for c in summary["candidates"]}
-    assert reasons["better8"].startswith("correct and faster beyond noise: 3.000x the incumbent, 95% interval")
+    assert reasons["better8"].startswith(
+        "correct and faster beyond noise: 3.000x the incumbent, 95% interval"
+    )
     assert reasons["ok4"].startswith("correct, not faster beyond noise: 0.800x")
     assert reasons["suspect16"] == "t::test_perf: moved 64 MB in 1 us, beyond the 80 GB/s"
     assert reasons["incorrect2"] == "t::test_f: max error 0.5 > 1e-05"
