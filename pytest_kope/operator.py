@@ -12,10 +12,14 @@ import pytest
 
 from .candidate import Candidate
 from .errors import MarkerError
-from .spec import KernelSpec, parse_spec
+from .flops import parse_flops
+from .spec import FLAGS, KernelSpec, TuningSpace, parse_spec
 from .toolchains import toolchain_for
 
 MARKER = "kope"
+# build files that mean the repo compiles its kernels itself, with flags a merge of a kope branch
+# cannot change (only what the committed tree holds reaches that build)
+BUILD_FILES = ("Makefile", "makefile", "GNUmakefile", "CMakeLists.txt", "meson.build", "setup.py")
 _OURS = re.compile(r"-?kope-(?:[0-9a-f]{8}|seed\d+|candidate)\b")
 
 
@@ -31,6 +35,7 @@ class Operator:
     includes: tuple[Path, ...] = ()  # read-only include directories inside the repo (marker `include=`)
     companions: tuple[Path, ...] = ()  # the operator's other sources, built with the candidate's
     build: tuple[str, Path, str] | None = None  # the repo's own build: (command, root, library)
+    flops: tuple[tuple[str, str], ...] = ()  # FLOPs per call by function, "*" for all (marker `flops=`)
 
     @property
     def text(self) -> str:
@@ -70,6 +75,7 @@ class Operator:
             "includes": [str(p) for p in self.includes],
             "companions": [str(p) for p in self.companions],
             "build": [self.build[0], str(self.build[1]), self.build[2]] if self.build else None,
+            "flops": dict(self.flops),
         }
 
     @classmethod
@@ -83,7 +89,35 @@ class Operator:
             tuple(Path(p) for p in data.get("includes", ())),
             tuple(Path(p) for p in data.get("companions", ())),
             (data["build"][0], Path(data["build"][1]), data["build"][2]) if data.get("build") else None,
+            tuple(dict(data.get("flops") or {}).items()),
         )
+
+    @property
+    def own_build(self) -> str:
+        """What else builds this kernel, in a few words ("" when only pytest-kope does): the marker's
+        `build=`, or a build file in the source's folder or above it, up to the repository's root."""
+        if self.build:
+            return f"its marker's build={self.build[0]!r}"
+        folder = self.source.parent
+        for _ in range(4):
+            found = next((folder / n for n in BUILD_FILES if (folder / n).is_file()), None)
+            if found is not None:
+                return f"its own {found.name} ({found})"
+            if (folder / ".git").exists() or folder.parent == folder:
+                break
+            folder = folder.parent
+        return ""
+
+    @property
+    def searched_space(self) -> TuningSpace:
+        """The space the search may walk: the declared one, less compiler flags when the repo builds
+        the kernel itself. A merge carries the source, whose parameters are written into it
+        (`Toolchain.bake`), but no flags reach a Makefile's or CMake's compile from a kope branch: a
+        speedup that needed them would not be what merging delivers."""
+        space = self.spec.space
+        if not self.own_build or FLAGS not in space.axes:
+            return space
+        return TuningSpace({**space.axes, FLAGS: space.axes[FLAGS][:1]}, space.requires)
 
     def baseline(self) -> Candidate:
         """The committed kernel, built at its declared defaults."""
@@ -148,7 +182,8 @@ def operator_of(item: pytest.Item) -> Operator | None:
     includes = _include_dirs(item, where, mark.kwargs.get("include"))
     build = _own_build(item, where, path, mark.kwargs)
     family = mark.kwargs.get("family", name)
-    return Operator(name, path, toolchain, family, rtol, includes, tuple(files[1:]), build)
+    flops = tuple(parse_flops(mark.kwargs.get("flops"), item.nodeid).items())
+    return Operator(name, path, toolchain, family, rtol, includes, tuple(files[1:]), build, flops)
 
 
 def _own_build(

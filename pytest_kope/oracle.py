@@ -6,6 +6,10 @@ from typing import Any
 
 import numpy as np
 
+# Set to a list in the committed kernel's judging child: each `assert_close` call appends its norm-wise
+# bound and the error it saw, from which the bar for timed outputs is made (`arrays.timed_rtol`).
+ASSERTED: list[tuple[float, float]] | None = None
+
 
 def assert_close(
     actual: Any, expected: Any, rtol: float = 1e-5, atol: float = 0.0, what: str = "output"
@@ -33,6 +37,8 @@ def assert_close(
     scale = float(np.abs(e64[ok]).max())
     worst = float(diff.max())
     limit = atol + rtol * scale
+    if ASSERTED is not None and scale > 0:
+        ASSERTED.append((limit / scale, worst / scale))
     if worst > limit:
         flat = int(np.argmax(np.where(ok, np.abs(a64 - e64), -1.0)))
         idx = np.unravel_index(flat, a.shape)

@@ -42,7 +42,7 @@ def pytest_configure(config: pytest.Config) -> None:
     """Markers, the built-in toolchains and agents, the seed; the session under --kope-optimize."""
     config.addinivalue_line(
         "markers",
-        f"{MARKER}(name, source, family=None, toolchain=None, rtol=None): the operator this module's tests judge and its "
+        f"{MARKER}(name, source, family=None, toolchain=None, rtol=None, flops=None): the operator this module's tests judge and its "
         "kernel source (relative to the test file)",
     )
     config.addinivalue_line("markers", "kope_perf: a performance test of a kope operator (set automatically)")

@@ -70,6 +70,8 @@ def operator_summary(
     baseline_s = baseline.time_s
     improved = best is not baseline and best.timings
     best_s = best.time_s if improved else baseline_s
+    if verified and improved and best.paired_times:  # one measurement: the verification's paired rounds
+        baseline_s, best_s = best.paired_times
     return {
         "name": op.name,
         "family": op.family,
@@ -245,7 +247,7 @@ def commit_message(
             t.test.split("::")[-1],
             seconds(t.reference_s),
             seconds(t.candidate_s),
-            f"{t.ratio:.2f}x [{t.ratio_low:.2f}, {t.ratio_high:.2f}]",
+            f"{t.of_medians:.2f}x [{t.ratio_low:.2f}, {t.ratio_high:.2f}]",
         )
         for t in winner.timings
     ]
@@ -254,10 +256,16 @@ def commit_message(
         for j in _lineage(winner, [baseline, *history])
     )
     params = " ".join(f"{k}={v}" for k, v in sorted(winner.candidate.params.items()))
-    fixed = set(winner.fixed_inputs)
-    tests = (
-        "\n".join(f"- {t}" + (" (its own fixed inputs)" if t in fixed else "") for t in winner.tests_passed)
-        or "- (none recorded)"
+    tests = tests_by_file(winner.tests_passed, winner.fixed_inputs) or "- (none recorded)"
+    native = [f for f in str(winner.candidate.params.get("flags", "")).split() if f.endswith("=native")]
+    portable = (
+        [
+            f"Built with {' '.join(native)}: the code is tied to CPUs like this one; set kope_c_target_flags"
+            " (e.g. -march=x86-64-v3) to search code for the machines it will run on.",
+            "",
+        ]
+        if native
+        else []
     )
     return "\n".join(
         [
@@ -265,7 +273,8 @@ def commit_message(
             "",
             f"Idea: {winner.candidate.idea} (agent {winner.candidate.agent}).",
             "",
-            "Paired timing against the committed kernel, interleaved rounds, median ratio [95% bound]:",
+            "Paired timing against the committed kernel in the verification's interleaved rounds: median"
+            " times, their ratio [95% bound of the per-round ratio]:",
             "",
             tabulate(rows, headers=["test", "baseline", "winner", "ratio"], tablefmt="github"),
             "",
@@ -274,8 +283,10 @@ def commit_message(
             tests,
             "",
             "Differential check: the winner matched the committed kernel on the tests' calls, scaled x1000,",
-            "x0.001 and offset, and repeated with more threads than cores.",
+            "x0.001 and offset, repeated with more threads than cores, and on calls drawn beyond the",
+            "tests' sizes and magnitudes. The operator's tests passed under plain pytest on this file.",
             "",
+            *portable,
             f"Parameters: {params or '(none)'}",
             f"Lineage: {lineage}",
             "",
@@ -286,3 +297,18 @@ def commit_message(
             "",
         ]
     )
+
+
+def tests_by_file(tests: list[str], fixed_inputs: list[str]) -> str:
+    """One line per test file: how many of its tests passed, and how many made their own inputs."""
+    files: dict[str, list[str]] = {}
+    for t in tests:
+        files.setdefault(t.split("::")[0], []).append(t)
+    fixed = set(fixed_inputs)
+    lines = []
+    for path, ids in files.items():
+        own = sum(t in fixed for t in ids)
+        lines.append(
+            f"- {path}: {len(ids)} passed" + (f" ({own} with their own fixed inputs)" if own else "")
+        )
+    return "\n".join(lines)

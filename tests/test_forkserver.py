@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from pytest_kope.candidate import Candidate
+from pytest_kope.judge import rotation as rotation_module
 from pytest_kope.judge import sandbox, timing
 from pytest_kope.judge.buildcache import BuildCache
 from pytest_kope.judge.outcome import Outcome
@@ -471,8 +472,9 @@ def test_fast_kernels_wrong_on_every_timed_call_are_caught_in_the_rounds():
 
 
 def test_a_kernel_right_only_on_the_last_calls_of_each_block_is_caught_by_audits_cut_short(monkeypatch):
-    """Two copies, five calls a block: each copy's last write in a block is one of its last two
-    calls, so a kernel that counts its calls and works only there passes any check of whole blocks.
+    """Two copies, five calls a block (copies capped: a block has a copy a call while they fit
+    under MAX_COPY_BYTES): each copy's last write in a block is one of its last two calls, so a
+    kernel that counts its calls and works only there passes any check of whole blocks.
     An audited block stops after 1-5 calls, so its last writes are calls the kernel skipped in four
     cases of five (seeded here: the judge draws from the operating system)."""
     import random
@@ -481,6 +483,7 @@ def test_a_kernel_right_only_on_the_last_calls_of_each_block_is_caught_by_audits
 
     budget = timing.Budget(min_rounds=6, max_rounds=6, max_time_s=30.0)
     ahead = budget.warmup + 1 + 5  # warm-up and calibration: then blocks of five
+    monkeypatch.setattr(rotation_module, "MAX_COPY_BYTES", 2 * 2 * 4096 * 4)  # two copies at most
     caught = 0
     for seed in range(10):
         monkeypatch.setattr(outputcheck.random, "SystemRandom", lambda seed=seed: random.Random(seed))
@@ -548,7 +551,7 @@ def test_many_call_kernels_with_an_integer_in_place_argument_are_checked_after_t
 def test_timing_never_writes_the_callers_arrays():
     """The caller's arrays are the pristine inputs: no timed call, fresh input or poisoning writes
     them (in a forked timing child they stay the server's pages), and the in-round check parks the
-    first block's outputs in another copy's buffers rather than in fresh memory."""
+    first block's outputs in buffers of their own, made once, that no kernel is given."""
     import time
 
     x = np.random.default_rng(4).standard_normal(4096).astype(np.float32)
@@ -568,7 +571,8 @@ def test_timing_never_writes_the_callers_arrays():
     assert np.array_equal(x, x0) and (y == 7.0).all()
     assert all(b is not y for _, b in seen)
     rotation = timing.Rotation((x, y), ["in", "out"])
-    assert rotation.park(0)[1] is rotation.sets[1][1]  # poisoned again before copy 1 is next used
+    parked = rotation.park(0)[1]
+    assert all(parked is not copy[1] for copy in rotation.sets) and rotation.park(1)[1] is parked
 
 
 def test_timed_outputs_of_in_place_kernels_are_checked_from_the_same_inputs():

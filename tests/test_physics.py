@@ -19,7 +19,15 @@ from pytest_kope.judge.caches import (
     parse_lscpu,
     parse_sysfs,
 )
-from pytest_kope.judge.physics import DEFAULT_MARGIN, Ceilings, build_probe, ceilings_for, working_sets
+from pytest_kope.judge.physics import (
+    BANDWIDTH_FLOOR,
+    FLOPS_FLOOR,
+    Ceilings,
+    Work,
+    build_probe,
+    ceilings_for,
+    working_sets,
+)
 from pytest_kope.memory import Graph
 from pytest_kope.memory.schema import migrations
 
@@ -147,32 +155,101 @@ def test_the_ceiling_for_a_footprint_is_the_best_figure_from_the_grid_point_at_o
 
 def test_check_message_and_margin():
     caps = synthetic()
-    reason = caps.check(128_000_000, 128_000_000, 13e-6, margin=2)
+    reason = caps.check(Work(128_000_000, 0, 128_000_000), 13e-6)
     assert reason == (
-        "moved 128 MB in 0.013 ms = 9846 GB/s, beyond the 41 GB/s this machine's memory reaches"
-        " for a 128 MB working set (x2 margin)"
+        "took 0.013 ms, 240x faster than physics allows (x2 margin): reading 128 MB at the 41 GB/s this"
+        " machine reads for a 128 MB working set (memory) takes 3.12 ms"
     )
-    assert "caches reach for a 1.05 MB working set" in caps.check(M, M, 1e-7)
-    assert caps.check(128 * M, 128 * M, 128 * M / 41e9) == ""  # at the ceiling
-    assert caps.check(128 * M, 128 * M, 128 * M / (41e9 * DEFAULT_MARGIN * 0.99)) == ""
-    assert caps.check(8 * M, 8 * M, 1e-3, flops=1e8) == ""
-    assert caps.check(8 * M, 8 * M, 1e-3, flops=1e12).startswith(
-        "did 1000 GFLOP in 1 ms = 1000000 GFLOP/s, beyond this machine"
+    assert "for a 1.05 MB working set (its caches)" in caps.check(Work(M, 0, M), 1e-7)
+    assert caps.check(Work(128 * M, 0, 128 * M), 128 * M / 41e9) == ""  # at the ceiling
+    assert caps.check(Work(128 * M, 0, 128 * M), 128 * M / (41e9 * BANDWIDTH_FLOOR * 0.99)) == ""
+    assert caps.check(Work(128 * M, 0, 128 * M), 128 * M / (41e9 * BANDWIDTH_FLOOR * 1.01)) != ""
+    assert caps.check(Work(8 * M, 0, 8 * M, flops=1e8), 1e-3) == ""
+    flops = caps.check(Work(8 * M, 0, 8 * M, flops=1e12), 1e-3)
+    assert flops == (
+        "took 1 ms, 5000x faster than physics allows (x2 margin): doing 1000 GFLOP at this machine's"
+        " 200 GFLOP/s FMA peak (FLOPs beyond the peak) takes 5 s"
     )
-    assert "no call takes no time" in caps.check(10, 10, 0.0)
+    peak = 200e9 * FLOPS_FLOOR
+    assert caps.check(Work(0, 0, 16 * K, flops=1e9), 1e9 / (peak * 0.99)) == ""
+    assert "FLOPs beyond the peak" in caps.check(Work(0, 0, 16 * K, flops=1e9), 1e9 / (peak * 1.01))
+    assert "no call takes no time" in caps.check(Work(10, 0, 10), 0.0)
+
+
+def test_the_bound_fits_what_the_call_does():
+    """Reads against the read ceiling, writes against the write ceiling, all traffic against the best
+    figure: a read-mostly call gets the (lower) read ceiling, not the best of read, write and copy."""
+    sizes = [16 * K, 1 << 30]
+    caps = Ceilings.from_json(
+        {"sizes": sizes, "read": [400, 29], "write": [300, 19], "copy": [500, 44], "gflops": 200.0}
+    )
+    dram = 1 << 31
+    # rowsum: reads 64 MiB, writes 16 KiB: the read ceiling binds (29 GB/s, not copy's 44)
+    rowsum = Work(64 * M, 16 * K, dram)
+    assert caps.bound(rowsum) == pytest.approx(64 * M / 29e9)
+    # a copy: half of the copy figure beats the pure memset (22 > 19), so writes may go at 22
+    copy = Work(64 * M, 64 * M, dram)
+    assert caps.bound(copy) == pytest.approx(128 * M / 44e9)
+    assert caps.check(copy, 128 * M / 44e9) == ""
+    # a write-only fill: memset's own figure (19), as half the copy is 22 it is 22
+    fill = Work(0, 64 * M, dram)
+    assert caps.bound(fill) == pytest.approx(64 * M / 22e9)
+    # the old check (all bytes over the best of the three, 4x) let a rowsum that reads a twelfth of
+    # its rows pass, at the 12 GB/s the sample's honest one reached on a loaded VM; this one does not
+    honest = 64 * M / 12e9
+    assert caps.check(rowsum, honest) == ""
+    assert (64 * M + 16 * K) / (honest / 12) <= 4 * 44e9
+    assert "reading 67.1 MB at the 29 GB/s" in caps.check(rowsum, honest / 12)
+    # a third of the reads is caught where the honest kernel runs near the ceiling, not far under it
+    assert caps.check(rowsum, 64 * M / 25e9 / 3) != "" and caps.check(rowsum, honest / 3) == ""
+    # the FLOP bound takes the call's declared FLOPs
+    assert caps.bound(Work(0, 0, 16 * K, flops=2e9)) == pytest.approx(0.01)
+
+
+def test_the_margin_is_the_probes_spread_over_a_floor():
+    caps = synthetic()
+    assert caps.margin(M) == BANDWIDTH_FLOOR and caps.margin(flops=True) == FLOPS_FLOOR  # not measured
+    spread = [1.05] * 6 + [3.0, 1.1]  # a noisy run at 4 MiB... 16 MiB's grid point: 1 MiB x 16
+    noisy = Ceilings.from_json({**caps.to_json(), "spread": spread, "gflops_spread": 2.5})
+    assert noisy.margin(16 * K) == 3.0  # every size from its grid point up may be the one that binds
+    assert noisy.margin(128 * M) == BANDWIDTH_FLOOR
+    assert noisy.margin(flops=True) == 2.5
+    assert "(x3 margin)" in noisy.check(Work(16 * K, 0, 16 * K), 16 * K / 400e9 / 3.1)
+    assert noisy.check(Work(16 * K, 0, 16 * K), 16 * K / 400e9 / 2.9) == ""
 
 
 def test_json_round_trip_merge_and_damaged_records():
     caps = synthetic()
     assert Ceilings.from_json(caps.to_json()) == caps
+    assert caps.to_json()["version"] == 2
     higher = Ceilings.from_json(
         {**caps.to_json(), "sizes": [16 * K], "read": [900], "write": [1], "copy": [1]}
     )
     merged = caps.merged(higher)
     assert merged.bytes_per_s(16 * K) == 900e9 and merged.bytes_per_s(128 * M) == 41e9
-    for junk in ({}, {**caps.to_json(), "read": [1.0]}, {**caps.to_json(), "gflops": 0}):
+    for junk in (
+        {},
+        {**caps.to_json(), "read": [1.0]},
+        {**caps.to_json(), "gflops": 0},
+        {**caps.to_json(), "spread": [1.0]},
+        {**caps.to_json(), "gflops_spread": float("nan")},
+    ):
         with pytest.raises(ValueError, match="not a ceilings record"):
             Ceilings.from_json(junk)
+
+
+def test_a_version_1_record_still_loads_and_merges_with_a_measured_spread():
+    old = {k: v for k, v in synthetic().to_json().items() if k not in ("spread", "gflops_spread")}
+    old["version"] = 1
+    caps = Ceilings.from_json(old)
+    assert caps.spread == () and caps.margin(M) == BANDWIDTH_FLOOR
+    steady = [1.1] * 8
+    measured = Ceilings.from_json({**old, "spread": steady, "gflops_spread": 1.02})
+    merged = measured.merged(caps)
+    assert merged.spread == tuple(steady) and merged.gflops_spread == 1.02
+    noisier = Ceilings.from_json({**old, "spread": [1.5] * 8, "gflops_spread": 3.0})
+    assert noisier.merged(measured).spread == tuple(steady)  # the steadiest run seen
+    assert noisier.merged(measured).margin(flops=True) == FLOPS_FLOOR
 
 
 @pytest.fixture(scope="module")
@@ -197,6 +274,8 @@ def test_a_real_measurement_is_sane(measured, build_dir):
     assert caps.read[0] >= caps.read[-1]  # L1 reads beat DRAM reads
     assert caps.bytes_per_s(16 * K) >= caps.bytes_per_s(1 << 40) > 0.5e9
     assert caps.gflops > 1 and caps.threads >= 1
+    assert len(caps.spread) == len(caps.sizes) and all(x >= 1 for x in caps.spread)
+    assert caps.gflops_spread >= 1 and caps.margin(flops=True) >= FLOPS_FLOOR
     exe = build_probe(build_dir)  # built once: the second call finds it
     assert [p.name for p in build_dir.iterdir()] == [exe.parent.name] and exe.parent.name.startswith(
         "physics-"
@@ -212,12 +291,12 @@ def test_check_accepts_an_honest_numpy_copy_and_rejects_an_instant_one(measured)
         start = time.perf_counter()
         np.copyto(dst, src)
         best = min(best, time.perf_counter() - start)
-    assert caps.check(2 * src.nbytes, 2 * src.nbytes, best) == ""
-    reason = caps.check(128_000_000, 128_000_000, 13e-6)
-    assert reason.startswith("moved 128 MB in 0.013 ms = 9846 GB/s, beyond the ")
+    assert caps.check(Work(src.nbytes, dst.nbytes, 2 * src.nbytes), best) == ""
+    reason = caps.check(Work(128_000_000, 0, 128_000_000), 13e-6)
+    assert reason.startswith("took 0.013 ms, ") and "faster than physics allows" in reason
     # 128 MB sits in the caches of a machine whose last level holds 4x that (a 480 MiB L3 does)
-    where = "caches reach" if caps.sizes[-1] // 4 >= 128_000_000 else "memory reaches"
-    assert f"this machine's {where} for a 128 MB working set (x4 margin)" in reason
+    where = "its caches" if caps.sizes[-1] // 4 >= 128_000_000 else "memory"
+    assert f"this machine reads for a 128 MB working set ({where})" in reason
 
 
 def test_graph_round_trip_and_ceilings_for_loads_before_measuring(tmp_path):

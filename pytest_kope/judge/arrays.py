@@ -22,6 +22,26 @@ POISON = {np.dtype("float32"): np.uint32(0x7FA5A5A5), np.dtype("float64"): np.ui
 # test: the repo's own tests judge precision. Seen: gelu's fast tanh, which its tests accept, differs
 # from the committed erf form by 5.7e-3 on a one-element input, so 1e-3 rejected an honest winner.
 DEFAULT_RTOL = 1e-2
+
+
+def timed_rtol(marker: float | None, asserted: tuple[float, float] | None) -> tuple[float, str]:
+    """The bar for timed outputs (candidate against the committed kernel) and where it came from: the
+    marker's `rtol`; else the repo's own precision, from the committed kernel's run of its tests: the
+    loosest norm-wise bound their `assert_close` calls set, plus the largest error they saw of the
+    committed kernel (a candidate within the bound of the truth is within bound + that error of the
+    committed kernel); else DEFAULT_RTOL. A looser bar would accept, where only the judge looks, a
+    precision the tests reject where they look."""
+    if marker is not None:
+        return marker, "the marker's rtol"
+    if asserted is not None:
+        bound, error = asserted
+        return (
+            bound + error,
+            f"the tests' assert_close bound {bound:.3g} + the committed kernel's error {error:.2g}",
+        )
+    return DEFAULT_RTOL, "the default: no rtol known (no marker `rtol=`, no assert_close in the tests)"
+
+
 CHUNK = 1 << 16  # elements a comparison takes at a time: its temporaries stay in cache
 
 

@@ -7,17 +7,22 @@ child it times the candidate paired with a reference kernel (the incumbent or th
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..toolchains.base import Kernel, Timer
-from . import timing
+from ..errors import GuardViolation
+from ..flops import count_flops
+from ..toolchains.base import IN, INOUT, OUT, SCALAR, Kernel, KernelFunction, Timer
+from . import fpstate, timing
 from .arrays import DEFAULT_RTOL
 from .guards import GuardedFunction, PoisonOutputs
 from .outcome import Timing
 from .rotation import Rotation
 from .stats import Stats
+
+if TYPE_CHECKING:
+    from .physics import Ceilings
 
 
 @dataclass
@@ -46,8 +51,8 @@ class BenchSession:
     reference: Kernel | None = None
     plain: list[BenchRecord] = field(default_factory=list)
     paired: list[PairedRecord] = field(default_factory=list)
-    # (bytes touched per call, working set, seconds per call) -> why that is faster than physics, or ""
-    plausible: Callable[[int, int, float], str] | None = None
+    physics: Ceilings | None = None  # this machine's measured ceilings: no timing faster than them
+    flops: Mapping[str, str] = field(default_factory=dict)  # FLOPs per call, by function (marker `flops=`)
     rtol: float = DEFAULT_RTOL  # timed outputs: candidate against the reference, norm-wise
     min_gain: float | None = None  # paired rounds stop once the 95% bound decides this gain (None: cap)
     timed_s: float = 0.0  # wall time spent in kope_bench calls (the bench's "timing" phase)
@@ -80,6 +85,7 @@ class Bench:
         clock, sync = self.timer.clock, self.timer.sync
         ref = self.session.reference
         roles = [a.role for a in fn.args]
+        work = self._work(fn, args)  # before any call: a marker that cannot count fails at once
         rotation = None
         if ref is not None and self.outputs_unread:
             # in a forked timing child the arguments are the fork server's pages: poisoning the
@@ -87,12 +93,14 @@ class Bench:
             rotation = Rotation(args, roles)
             # the test's own inputs, exactly; outputs poisoned unless the call's own guard does it
             poisons = any(isinstance(g, PoisonOutputs) for g in function.active_guards)
-            rotation.prepare([1.0] * len(rotation.sets), [0], poison=not poisons)
+            rotation.prepare(rotation.exact(), [0], poison=not poisons)
             function(*rotation.sets[0])  # one guarded call first: never time a broken kernel
         else:
             function(*args)  # one guarded call first: a performance test must not time a broken kernel
+        fp = fpstate.current()  # timed calls are unguarded: their FP state is checked once they end
         if ref is None:
             stats = timing.measure(fn.raw, args, clock, sync, roles=roles)
+            _fp_unchanged(fp, f"kernel {fn.name}()")
             self.session.plain.append(BenchRecord(self.nodeid, fn.name, stats, moved))
             return stats
         gain = self.session.min_gain
@@ -108,6 +116,7 @@ class Bench:
             rotation=rotation,
         )
         self.session.kernel_s += paired.kernel_s
+        _fp_unchanged(fp, f"kernel {fn.name}() or the reference kernel it was timed with")
         ratio, cand_stats = paired.ratio, paired.candidate
         record = Timing(
             self.nodeid,
@@ -119,7 +128,34 @@ class Bench:
             ratio.rounds,
             moved,
         )
-        check = self.session.plausible
-        suspect = check(moved, moved * paired.copies, cand_stats.median) if check else ""
+        suspect = self._physics(record, work, paired.copies)
         self.session.paired.append(PairedRecord(record, suspect, paired.mismatch))
         return cand_stats
+
+    def _work(self, fn: KernelFunction, args: tuple[Any, ...]) -> tuple[int, int, float]:
+        """The bytes one call must read and write (by its arguments' roles) and the FLOPs the marker
+        declares for it from its integer arguments (0: none declared)."""
+        read = sum(int(getattr(v, "nbytes", 0)) for a, v in zip(fn.args, args) if a.role in (IN, INOUT))
+        written = sum(int(getattr(v, "nbytes", 0)) for a, v in zip(fn.args, args) if a.role in (OUT, INOUT))
+        scalars = {a.name: v for a, v in zip(fn.args, args) if a.role == SCALAR}
+        flops = count_flops(self.session.flops, fn.name, scalars, self.nodeid) if self.session.flops else 0.0
+        return read, written, flops
+
+    def _physics(self, record: Timing, work: tuple[int, int, float], copies: int) -> str:
+        """Why the candidate's time is faster than this machine's ceilings allow ("" when it is not, or
+        when none were measured); sets the record's bound."""
+        caps = self.session.physics
+        if caps is None:
+            return ""
+        from .physics import Work
+
+        call = Work(work[0], work[1], record.bytes_moved * copies, work[2])  # all copies it cycles through
+        record.bound_s = caps.bound(call)
+        return caps.check(call, record.candidate_s)
+
+
+def _fp_unchanged(before: fpstate.State | None, who: str) -> None:
+    """Raise when the timed calls left the FP control state changed in any thread (now set back):
+    a kernel could set flush-to-zero in its pool only when unguarded, slowing or speeding the other."""
+    if found := fpstate.changes(before):
+        raise GuardViolation(f"{who}, in timed calls, " + "; ".join(found))

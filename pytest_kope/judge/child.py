@@ -46,15 +46,18 @@ class Child:
         self.min_gain = spec.get("min_gain")  # paired timing stops once this gain is decided
         self.record = Path(spec["record"]) if spec.get("record") else None
         self.replay = Path(spec["replay"]) if spec.get("replay") else None
+        self.shrink = spec.get("shrink")  # {"key", "oracle"}: shrink one drawn call the candidate fails
         guards.SETTLED_IN_REPLAY = self.replay is not None
-        self.rtol = float(spec.get("rtol") or DEFAULT_RTOL)
+        self.rtol = float(DEFAULT_RTOL if spec.get("rtol") is None else spec["rtol"])  # 0: exact
         self.ceilings = spec.get("ceilings")  # this machine's measured bandwidth and FMA ceilings
         self.recorder = None
         self.tests_s = 0.0  # in correctness test bodies, outside guarded calls: the tests' own code
         if self.record is not None:
+            from .. import oracle
             from .differential import Recorder
 
             self.recorder = guards.RECORDER = Recorder()
+            oracle.ASSERTED = []  # the committed kernel's tests: their tolerances are the repo's bar
 
     def emit(self, **event: Any) -> None:
         if self.out.closed:  # after `done`: nothing the controller reads can follow it
@@ -101,10 +104,11 @@ class Child:
         bench.reference = build_cached(self.config, self.op, self.reference)
         bench.rtol = self.rtol
         bench.min_gain = self.min_gain
+        bench.flops = dict(self.op.flops)
         if self.ceilings:
             from .physics import Ceilings
 
-            bench.plausible = Ceilings.from_json(self.ceilings).check
+            bench.physics = Ceilings.from_json(self.ceilings)
 
     @property
     def op(self) -> Operator:
@@ -169,9 +173,14 @@ class Child:
                 **{**record.timing.__dict__, "test": base_nodeid(record.timing.test)},
             )
         if self.recorder is not None and self.record is not None:
+            from .. import oracle
+
             guards.RECORDER = None
-            self.emit(event="recorded", count=self.recorder.write(self.record))
-        if self.replay is not None and not FAILED_BUILDS:  # even after a failure: it may be the test's
+            asserted = [max(pair) for pair in zip(*oracle.ASSERTED, strict=True)] if oracle.ASSERTED else None
+            self.emit(event="recorded", count=self.recorder.write(self.record), asserted=asserted)
+        if self.shrink is not None and self.replay is not None and not FAILED_BUILDS:
+            self._shrink(session)
+        elif self.replay is not None and not FAILED_BUILDS:  # even after a failure: it may be the test's
             self._replay()
         self.emit(
             event="done",
@@ -196,9 +205,27 @@ class Child:
             return
         try:
             problems = replay(self.replay, kernel._functions, Path("replayed").resolve())
+            if (self.replay / "draws" / "manifest.json").exists():  # calls drawn beyond the tests'
+                problems += replay(self.replay / "draws", kernel._functions, Path("replayed/draws").resolve())
         except Exception as e:  # e.g. no thread can start: the candidate's own fork bomb filled the cgroup
             problems = [f"differential check: the replay failed: {type(e).__name__}: {e}"]
         self.emit(event="replayed", problems=problems[:5])
+
+    def _shrink(self, session: pytest.Session) -> None:
+        """Shrink a drawn call the controller found the candidate wrong on (`draws.shrink`): the
+        minimal input for its failure message. Runs no test, so pytest's "no tests" is no failure."""
+        assert self.replay is not None and self.shrink is not None  # called only in that case
+        from .building import build_cached
+        from .drawing import shrink
+
+        session.exitstatus = 0
+        try:
+            mine = build_cached(self.config, self.op, self.candidate).functions
+            oracle = build_cached(self.config, self.op, Candidate.from_json(self.shrink["oracle"])).functions
+            smallest = shrink(self.replay / "draws", self.shrink["key"], mine, oracle, self.rtol)
+        except Exception as e:  # the message only: the verdict was made without it
+            smallest = f"(could not shrink: {type(e).__name__}: {str(e)[:200]})"
+        self.emit(event="shrunk", smallest=smallest[:2000])
 
 
 def pytest_configure(config: pytest.Config) -> None:

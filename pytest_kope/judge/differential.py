@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import re
@@ -33,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from ..toolchains.base import IN, OUT, SCALAR, KernelFunction
-from . import arrays, callfiles, overlap
+from . import arrays, callfiles, drawing, overlap
 from .guards import Call, SettleLater
 
 # (name, factor, offset in units of the input's largest magnitude)
@@ -93,7 +94,13 @@ class Recorder:
         """Run the committed kernel on every transform of every recorded call; write inputs and outputs."""
         with warnings.catch_warnings():  # outputs decide here, not warnings (an ini may make them errors)
             warnings.simplefilter("ignore")
-            return self._write(folder)
+            count = self._write(folder)
+        try:  # calls beyond the tests' (`draws.py`): what it skipped and why, for the report
+            notes = drawing.write(self.calls, folder / "draws")
+        except Exception as e:  # a fault of the drawing, never the committed kernel's verdict
+            notes = [f"property-based inputs: none drawn: {type(e).__name__}: {str(e)[:200]}"]
+        (folder / "notes.json").write_text(json.dumps(notes))
+        return count
 
     def _write(self, folder: Path) -> int:
         (folder / "expected").mkdir(parents=True, exist_ok=True)
@@ -184,7 +191,9 @@ def _replay(
         # the first run alone; the repeats at once, each on its own buffers, where the committed kernel
         # allows it: state shared between OpenMP threads (or calls) is then overwritten for sure
         together = sets[1:] if entry.get("concurrent") else []
-        errors = _call_all(fn, sets[:1] + ([] if together else sets[1:])) + _call_together(fn, together, pool)
+        with _grad_mode(entry.get("grad_mode")):  # how users call a torch kernel too
+            errors = _call_all(fn, sets[:1] + ([] if together else sets[1:]))
+        errors += _call_together(fn, together, pool)
         if entry["key"] in racing and not errors:
             values = functools.partial(_replay_values, fn.function.args, entry)
             errors = overlap.pairs_agree(fn, values, inputs, sets[0], written, pool, race_deadline)
@@ -223,6 +232,15 @@ def _settled(
             for i in written:
                 results.write(f"{entry['key']}-{rep}-a{i}", arrays.host(values[i]))
     return []
+
+
+def _grad_mode(mode: str | None) -> Any:
+    """torch's `no_grad` or `inference_mode` for a drawn call that names one, else nothing."""
+    if mode not in ("no_grad", "inference_mode"):
+        return contextlib.nullcontext()
+    import torch
+
+    return getattr(torch, mode)()
 
 
 def _call_all(fn: Any, sets: list[tuple]) -> list[str]:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from . import environments
 from .sandbox import HOST_ENV, KEEP, Finished
 
 if TYPE_CHECKING:
@@ -152,7 +153,9 @@ def judge_on_this_node(job: Job, replay: dict[str, bytes] | None) -> Ran:
         launcher = Launcher(plan)
         launcher.fresh_processes()
         own = {k: os.environ[k] for k in job.node_env if k in os.environ}
-        env = {**launcher.child_env(work, None, correctness=not job.timing, cached=False), **job.env, **own}
+        environment = spec.get("environment", environments.USER)
+        env = {**launcher.child_env(work, None, environment, cached=False), **job.env, **own}
+        env.update(environments.settings(environment, env))  # oversubscribed over the shipped thread count
         began = time.monotonic()
         finished = launcher.run_fresh(spec, env, job.key, work, None)
         ended = time.monotonic()

@@ -5,7 +5,8 @@ returns what it found wrong. Adding a guard is one class and one line in the lis
 
 - outputs are poisoned before the call and must be fully written after it;
 - inputs must come back unchanged (unless declared `kope: inplace`);
-- the floating-point control state (x86 MXCSR: rounding, FTZ/DAZ) must be left as it was;
+- the floating-point control state (x86 MXCSR: rounding, FTZ/DAZ; x87 control word) must be left as
+  it was, in the caller's thread and in every other thread (an OpenMP pool);
 - outputs must not change after the call returned (a thread still writing);
 - in a judging child (`PROBE`), a result must follow the data, not the buffer's address: a call with
   the same shapes as an earlier one is repeated with the earlier inputs copied into this call's
@@ -95,19 +96,16 @@ class InputsUnchanged:
 
 
 class FloatingPointState:
-    """The floating-point control state (MXCSR) must be left as it was."""
+    """The floating-point control state (MXCSR, x87 control word) must be left as it was, in the
+    caller's thread and in every thread the kernel may have run on (its OpenMP pool)."""
 
     needs_clean = False
 
     def before(self, call: Call) -> None:
-        call.state["csr"] = fpstate.read()
+        call.state["fp"] = fpstate.current()
 
     def after(self, call: Call) -> list[str]:
-        before, now = call.state["csr"], fpstate.read()
-        if before is None or now is None or not (before ^ now) & fpstate.CONTROL_MASK:
-            return []
-        fpstate.write(before)
-        return [f"left the floating-point control state changed (MXCSR {before:#06x} -> {now:#06x})"]
+        return fpstate.changes(call.state["fp"])
 
 
 class OutputsSettled:
@@ -210,13 +208,14 @@ class Guard(Protocol):
     def after(self, call: Call) -> list[str]: ...
 
 
-# Order matters only for the reports: the first violation found is the one named first.
+# Order matters for the reports (the first violation found is the one named first), and the FP state
+# is looked at last: after every call the guards made, the address probe's repeated one included.
 GUARDS: list[Guard] = [
     PoisonOutputs(),
     InputsUnchanged(),
-    FloatingPointState(),
     OutputsSettled(),
     AddressProbe(),
+    FloatingPointState(),
 ]
 
 

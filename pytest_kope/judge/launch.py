@@ -24,7 +24,8 @@ from typing import Any
 
 from ..candidate import Candidate
 from ..toolchains.devices import visible_devices_env
-from . import sandbox
+from . import environments, sandbox
+from .arrays import DEFAULT_RTOL
 from .buildcache import BuildCache
 from .outcome import Judged, Outcome
 from .protocol import read_events
@@ -52,6 +53,9 @@ class Request:
     record: Path | None = None
     replay_from: Path | None = None
     compare: Compare | None = None
+    environment: str = environments.USER  # correctness: where it is judged (`environments.py`)
+    shrink: str | None = None  # a drawn call to shrink (`draws.py`) instead of replaying, against `oracle`
+    oracle: Candidate | None = None
 
 
 class Launcher:
@@ -67,6 +71,7 @@ class Launcher:
         self.notes: list[str] = []  # said once: why the servers are off
         self.remote = plan.executor  # None: judge here; else where it runs each child (`executors.py`)
         self.private = False  # every build private: no JIT cache shared between children
+        self.timed_rtol = plan.operator.rtol if plan.operator.rtol is not None else DEFAULT_RTOL  # `Judge`'s
 
     def fresh_processes(self) -> None:
         """From now on every child starts fresh and builds privately (the verification of a winner)."""
@@ -111,8 +116,9 @@ class Launcher:
             built = self._build(server, request.candidate)
             if isinstance(built, Judged):
                 return built
-            if request.reference is not None:
-                self._build(server, request.reference)
+            for other in (request.reference, request.oracle):
+                if other is not None:
+                    self._build(server, other)
             judged = self._run(server, request)
             judged.phases["build"] = judged.phases.get("build", 0.0) + built
             judged.seconds += built
@@ -132,7 +138,7 @@ class Launcher:
             into = (work / "recorded" if server else record) if record else None
             spec = self._spec(request, work, into)
             timing = request.reference is not None
-            env = self.child_env(work, request.device, correctness=not timing, cached=server is not None)
+            env = self.child_env(work, request.device, request.environment, cached=server is not None)
             jit = self._jit_cache(request.candidate) if server is None else None
             if jit is not None:
                 env[str(plan.jit_cache_env)] = str(jit)
@@ -180,6 +186,8 @@ class Launcher:
         events, forged = read_events(work / "results.jsonl", key)
         judged = interpret(request.candidate, finished, events, request.tests)
         judged.phases = phases(events, clock[0], clock[1], timing=request.reference is not None)
+        asserted = [e["asserted"] for e in events if e["event"] == "recorded" and e.get("asserted")]
+        judged.asserted = (float(asserted[-1][0]), float(asserted[-1][1])) if asserted else None
         if request.compare is not None and judged.outcome in (Outcome.OK, Outcome.INCORRECT):
             compared = time.monotonic()
             judged.differential = request.compare(events, work / "replayed")
@@ -192,8 +200,6 @@ class Launcher:
         return judged
 
     def _spec(self, request: Request, work: Path, record: Path | None) -> dict[str, Any]:
-        from .arrays import DEFAULT_RTOL
-
         plan, reference, seeds, replay_from = self.plan, request.reference, request.seeds, request.replay_from
         return {
             "candidate": request.candidate.to_json(),
@@ -205,21 +211,27 @@ class Launcher:
             "operator": plan.operator.to_json(),
             "record": str(record) if record else None,
             "replay": str(replay_from) if replay_from else None,
-            "rtol": plan.operator.rtol or DEFAULT_RTOL,
+            "rtol": self.timed_rtol,
             "ceilings": plan.ceilings if reference is not None else None,
             "min_gain": plan.min_gain if plan.sequential else None,
             "record_inputs": plan.record_inputs,
+            "environment": request.environment,
+            "shrink": {"key": request.shrink, "oracle": request.oracle.to_json()}
+            if request.shrink and request.oracle
+            else None,
         }
 
-    def child_env(self, work: Path, device: int | None, correctness: bool, cached: bool) -> dict[str, str]:
-        """What a judging child's environment adds to the scrubbed one (on the node it runs on)."""
+    def child_env(self, work: Path, device: int | None, environment: str, cached: bool) -> dict[str, str]:
+        """What a judging child's environment adds to the scrubbed one (on the node it runs on): the
+        toolchain's settings, then the user's threading variables (theirs win, as in a plain run),
+        then what `environment` changes (`environments.py`)."""
         plan = self.plan
         env = {
             **plan.toolchain_env,
             "KOPE_BUILD_DIR": str(work / "builds"),
             "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
             **(visible_devices_env(plan.device_env_var, device) if device is not None else {}),
-            **(_oversubscribed(plan.toolchain_env) if correctness else {}),
+            **environments.settings(environment),
         }
         if cached and self.cache is not None:
             env.update(self.cache.env())
@@ -288,7 +300,7 @@ class Launcher:
                 key = secrets.token_bytes(32)
                 spec = {"candidate": candidate.to_json(), "operator": self.plan.operator.to_json()}
                 spec["results"] = str(work / "results.jsonl")
-                env = self.child_env(work, None, correctness=False, cached=False)
+                env = self.child_env(work, None, environments.USER, cached=False)
                 finished, reply = server.run("build", work, spec, env, key)
                 cache.builds += 1
                 events, _ = read_events(work / "results.jsonl", key)
@@ -347,10 +359,3 @@ def _take(recorded: Path, folder: Path) -> None:
         shutil.rmtree(old) if old.is_dir() else old.unlink()
     for item in recorded.iterdir():
         shutil.move(str(item), folder / item.name)
-
-
-def _oversubscribed(toolchain_env: dict[str, str]) -> dict[str, str]:
-    """More OpenMP threads than cores in correctness children: races show up more often."""
-    if "OMP_NUM_THREADS" in toolchain_env or "OMP_NUM_THREADS" in os.environ:
-        return {}
-    return {"OMP_NUM_THREADS": str(4 * max(1, len(os.sched_getaffinity(0))))}

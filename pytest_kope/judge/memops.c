@@ -7,10 +7,11 @@
 #include <emmintrin.h>
 #endif
 
-enum { SCALE32, SCALE64, FILL, COPY, CMP32, CMP64, DIGEST };
+enum { FILL, COPY, CMP32, CMP64, DIGEST, FRESH32, FRESH64 };
 typedef struct {
     int op, stream; char *dst; const char *src; size_t n; double f; uint64_t pat; size_t phase;
     double worst, scale; size_t lost; uint64_t sum; const uint64_t *key;
+    double lo, hi; int integral;  /* FRESH: the input's finite range; whether it holds integers */
 } Task;
 
 #define ALIGNED(p) (((uintptr_t)(p) & 15) == 0)
@@ -22,30 +23,6 @@ typedef struct {
 
 /* Each pass: with `stream` (and SSE2), non-temporal stores from the first 16-byte boundary on;
    plain stores for the rest, which the compiler vectorizes as it likes. */
-static void scale32(float *d, const float *s, float f, size_t n, int stream) {
-    size_t i = 0;
-#ifdef __SSE2__
-    if (stream) {
-        for (; i < n && !ALIGNED(d + i); i++) d[i] = s[i] * f;
-        __m128 v = _mm_set1_ps(f);
-        for (; i + 4 <= n; i += 4) _mm_stream_ps(d + i, _mm_mul_ps(_mm_loadu_ps(s + i), v));
-    }
-#endif
-    for (; i < n; i++) d[i] = s[i] * f;
-}
-
-static void scale64(double *d, const double *s, double f, size_t n, int stream) {
-    size_t i = 0;
-#ifdef __SSE2__
-    if (stream) {
-        for (; i < n && !ALIGNED(d + i); i++) d[i] = s[i] * f;
-        __m128d v = _mm_set1_pd(f);
-        for (; i + 2 <= n; i += 2) _mm_stream_pd(d + i, _mm_mul_pd(_mm_loadu_pd(s + i), v));
-    }
-#endif
-    for (; i < n; i++) d[i] = s[i] * f;
-}
-
 /* bytes [0, n) of a buffer whose byte 0 is pattern byte `phase`: the pattern repeats every 8 */
 static void fill(char *d, uint64_t pat, size_t phase, size_t n, int stream) {
     const unsigned char *p = (const unsigned char *)&pat;
@@ -78,6 +55,66 @@ static void copy(char *d, const char *s, size_t n, int stream) {
     }
 #endif
     memcpy(d + i, s + i, n - i);
+}
+
+/* Fresh inputs: element i becomes x * u_i, u_i drawn for that element alone from [0.5, 1.5]
+   narrowed so that x * u_i stays in the input's finite range [lo, hi] (the interval always holds 1);
+   zeros, signs, non-finite elements and the range are kept, integer-valued inputs re-rounded (half
+   away from zero: no nonzero element becomes 0). u_i comes from a counter-based generator keyed by
+   a 64-bit seed, a function of (seed, i) alone: the same for any split over threads, and the same
+   when a copy's inputs are restored. */
+static inline uint32_t mix32(uint32_t x) {  /* a bijective 32-bit finalizer (lowbias32) */
+    x ^= x >> 16;
+    x *= 0x7feb352dU;
+    x ^= x >> 15;
+    x *= 0x846ca68bU;
+    return x ^ (x >> 16);
+}
+
+static inline uint32_t draw(uint64_t i, uint64_t seed) {
+    return mix32(((uint32_t)i ^ (uint32_t)(seed >> 32)) + (uint32_t)seed + (uint32_t)(i >> 32) * 0x9E3779B9U);
+}
+
+#define FRESH(name, T, I, ABS, COPYSIGN, BIG, EXACT, BITS, ONE)                                  \
+    static void name(T *d, const T *s, size_t n, size_t i0, uint64_t seed, T lo, T hi, int integral) { \
+        for (size_t i = 0; i < n; i++) {                                                         \
+            T x = s[i], r = (T)(draw(i0 + i, seed) >> (32 - BITS)) * ONE;                        \
+            T inv = (T)1 / (x != 0 ? x : (T)1), a = lo * inv, b = hi * inv;                      \
+            T low = a < b ? a : b, high = a < b ? b : a;                                         \
+            low = low > (T)0.5 ? low : (T)0.5;                                                   \
+            high = high < (T)1.5 ? high : (T)1.5;                                                \
+            T y = x * (low + (high - low) * r);                                                  \
+            y = y > hi ? hi : y;                                                                 \
+            y = y < lo ? lo : y;                                                                 \
+            d[i] = ABS(x) <= BIG ? y : x; /* NaN and infinities as given */                      \
+        }                                                                                        \
+        if (!integral) return;                                                                   \
+        for (size_t i = 0; i < n; i++) { /* a separate loop: both vectorize */                   \
+            T y = d[i], small = ABS(y) < EXACT ? y : 0; /* at EXACT and above: whole already */  \
+            T z = (T)(I)(small + COPYSIGN((T)0.5, small));                                       \
+            z = z > hi ? hi : z;                                                                 \
+            z = z < lo ? lo : z;                                                                 \
+            d[i] = ABS(y) < EXACT ? z : y;                                                       \
+        }                                                                                        \
+    }
+FRESH(fresh32, float, int32_t, fabsf, copysignf, 3.40282347e38f, 0x1p23f, 24, 0x1p-24f)
+FRESH(fresh64, double, int64_t, fabs, copysign, 1.7976931348623157e308, 0x1p52, 32, 0x1p-32)
+
+/* streamed: through a tile that stays in L1, then copied past the cache */
+static void fresh(Task *t) {
+    size_t size = t->op == FRESH32 ? 4 : 8, tile = 1024, i0 = t->phase;
+    union { float f[1024]; double d[1024]; } buf;
+    for (size_t j = 0; j < t->n; j += tile) {
+        size_t m = t->n - j < tile ? t->n - j : tile;
+        char *out = t->stream ? (char *)&buf : t->dst + j * size;
+        if (t->op == FRESH32)
+            fresh32((float *)out, (const float *)t->src + j, m, i0 + j, t->pat, (float)t->lo,
+                    (float)t->hi, t->integral);
+        else
+            fresh64((double *)out, (const double *)t->src + j, m, i0 + j, t->pat, t->lo, t->hi,
+                    t->integral);
+        if (t->stream) copy(t->dst + j * size, out, m * size, 1);
+    }
 }
 
 /* got = dst, want = src, both finite (else `lost` is set and the caller looks closer): the largest
@@ -155,12 +192,11 @@ static void compare64(Task *t) {
 static void *work(void *arg) {
     Task *t = arg;
     switch (t->op) {
-    case SCALE32: scale32((float *)t->dst, (const float *)t->src, (float)t->f, t->n, t->stream); break;
-    case SCALE64: scale64((double *)t->dst, (const double *)t->src, t->f, t->n, t->stream); break;
     case FILL: fill(t->dst, t->pat, t->phase, t->n, t->stream); break;
     case COPY: copy(t->dst, t->src, t->n, t->stream); break;
     case CMP32: compare32(t); break;
     case CMP64: compare64(t); break;
+    case FRESH32: case FRESH64: fresh(t); break;
     case DIGEST: {  /* per 4096-word block of the whole buffer: sum of word * key, times an odd
                        weight of the block's index, so that blocks cannot trade places unseen */
         const uint64_t *w = (const uint64_t *)t->src;
@@ -213,7 +249,7 @@ static void run(Task *part, int used) {
 
 int kope_memop(int op, void *dst, const void *src, size_t n, size_t size, double f, uint64_t pat,
                int threads, int stream, double *out) {
-    Task part[64], proto = {op, stream, dst, src, n, f, pat, 0, 0, 0, 0, 0, 0};
+    Task part[64], proto = {op, stream, dst, src, n, f, pat, 0, 0, 0, 0, 0, 0, 0, 0, 0};
     int used = split(proto, n, size, threads, part);
     run(part, used);
     double worst = 0, scale = 0, nonfinite = 0;
@@ -228,10 +264,20 @@ int kope_memop(int op, void *dst, const void *src, size_t n, size_t size, double
 
 /* sum of word i times an odd weight drawn from `key` and i: a change of one word changes it surely */
 uint64_t kope_digest(const void *words, size_t n, const uint64_t *key, int threads) {
-    Task part[64], proto = {DIGEST, 0, 0, words, n, 0, 0, 0, 0, 0, 0, 0, key};
+    Task part[64], proto = {DIGEST, 0, 0, words, n, 0, 0, 0, 0, 0, 0, 0, key, 0, 0, 0};
     int used = split(proto, n, 8, threads, part);
     run(part, used);
     uint64_t sum = 0;
     for (int k = 0; k < used; k++) sum += part[k].sum;
     return sum;
+}
+
+/* dst = fresh inputs from src (see `fresh32`), element i drawn from (seed, i) */
+int kope_fresh(void *dst, const void *src, size_t n, size_t size, uint64_t seed, double lo, double hi,
+               int integral, int threads, int stream) {
+    Task part[64], proto = {size == 4 ? FRESH32 : FRESH64, stream, dst, src, n, 0, seed, 0, 0, 0, 0,
+                            0, 0, lo, hi, integral};
+    int used = split(proto, n, size, threads, part);
+    run(part, used);
+    return used;
 }

@@ -10,9 +10,10 @@ it; only a buffer larger than the last-level cache, which would not stay there a
 with SSE2 non-temporal stores, fenced before the timed window. The inputs' checksum (`digest`) is
 keyed with weights drawn from the operating system once per process.
 
-Results are bit for bit numpy's (a float times a float of the same width; a copy; a fill). Without
-gcc, or for arrays that are not contiguous, numpy does it, as before; off x86-64 the passes keep
-ordinary stores.
+Copies, fills and comparisons are bit for bit numpy's; fresh inputs come from a counter-based
+generator of their own (`fresh_into`; `freshinputs` has numpy's fallback, the same properties from
+other random numbers). Without gcc, or for arrays that are not contiguous, numpy does it, as before;
+off x86-64 the passes keep ordinary stores.
 """
 
 from __future__ import annotations
@@ -29,11 +30,11 @@ from typing import Any
 import numpy as np
 
 SOURCE = Path(__file__).with_name("memops.c")
-SCALE32, SCALE64, FILL, COPY, CMP32, CMP64 = range(6)
+FILL, COPY, CMP32, CMP64 = range(4)
 # this machine's own instructions (the passes are built where they run, as candidates are)
 FLAGS = ["-shared", "-fPIC", "-O3", "-march=native", "-pthread"]
 KEY_WORDS = 4096  # the digest's weights: drawn from the operating system once per process
-FLOATS = {np.dtype("float32"): (SCALE32, CMP32), np.dtype("float64"): (SCALE64, CMP64)}
+FLOATS = {np.dtype("float32"): CMP32, np.dtype("float64"): CMP64}
 MIN_THREAD_BYTES = 4 << 20  # below this a thread costs more than it saves
 
 
@@ -58,6 +59,8 @@ def _lib() -> Any:
             "int kope_memop(int op, void *dst, const void *src, size_t n, size_t size, double f,"
             " uint64_t pat, int threads, int stream, double *out);"
             "uint64_t kope_digest(const void *words, size_t n, const uint64_t *key, int threads);"
+            "int kope_fresh(void *dst, const void *src, size_t n, size_t size, uint64_t seed, double lo,"
+            " double hi, int integral, int threads, int stream);"
         )
         return ffi, ffi.dlopen(str(where / "memops.so"))  # stays mapped once the file is gone
     except (OSError, subprocess.SubprocessError, cffi.CDefError):
@@ -109,12 +112,21 @@ def _run(
     return list(out)
 
 
-def scale_into(target: Any, pristine: Any, factor: float) -> bool:
-    """target = pristine * factor in the arrays' own float type; False: not done (the caller does it
-    with numpy)."""
+def fresh_into(target: Any, pristine: Any, seed: int, lo: float, hi: float, integral: bool) -> bool:
+    """target = fresh inputs drawn from `pristine` with `seed` (memops.c's FRESH says how: each
+    element times its own factor; range, signs, zeros and integer values kept), for float32/64
+    arrays of any size: numpy's fallback costs several passes and temporaries, this one pass (one
+    thread below MIN_THREAD_BYTES). False: not done (the caller does it)."""
     if not isinstance(target, np.ndarray) or target.dtype not in FLOATS or not _same(target, pristine):
         return False
-    return _run(FLOATS[target.dtype][0], target, pristine, float(target.dtype.type(factor))) is not None
+    if not (target.flags.c_contiguous and pristine.flags.c_contiguous and available()):
+        return False
+    ffi, lib = _lib()
+    threads = _threads() if target.nbytes >= MIN_THREAD_BYTES else 1
+    stream = int(target.nbytes >= streaming_bytes())
+    dst, src = (ffi.cast("void *", a.ctypes.data) for a in (target, pristine))
+    lib.kope_fresh(dst, src, target.size, target.itemsize, seed, lo, hi, int(integral), threads, stream)
+    return True
 
 
 def fill(target: Any, element: np.generic) -> bool:
@@ -137,7 +149,7 @@ def compare(got: Any, want: Any) -> tuple[float, float] | None:
     of one dtype and shape; None otherwise (numpy looks closer)."""
     if not isinstance(got, np.ndarray) or got.dtype not in FLOATS or not _same(got, want):
         return None
-    found = _run(FLOATS[got.dtype][1], got, want)
+    found = _run(FLOATS[got.dtype], got, want)
     if found is None or found[2]:
         return None
     return found[0], found[1]

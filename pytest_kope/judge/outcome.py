@@ -38,6 +38,13 @@ class Timing:
     ratio_high: float
     rounds: int
     bytes_moved: int = 0
+    bound_s: float = 0.0  # the shortest time this machine's measured ceilings allow the call (0: none)
+
+    @property
+    def of_medians(self) -> float:
+        """Reference median over candidate median, from the same paired rounds: the ratio a reader
+        gets by dividing the two times shown beside it (the 95% bound is the per-round ratio's)."""
+        return self.reference_s / self.candidate_s if self.candidate_s > 0 else float("inf")
 
 
 @dataclass
@@ -59,6 +66,8 @@ class Judged:
     fixed_inputs: list[str] = field(default_factory=list, repr=False)  # tests that make their own inputs
     phases: dict[str, float] = field(default_factory=dict, repr=False)  # seconds by phase, for the bench
     fault: str = field(default="", repr=False)  # lost to the machinery (InfrastructureFault): no verdict
+    # the loosest norm-wise bound its tests' assert_close calls set, and the largest error they saw
+    asserted: tuple[float, float] | None = field(default=None, repr=False)
 
     @property
     def ratio(self) -> float | None:
@@ -67,6 +76,14 @@ class Judged:
     @property
     def ratio_low(self) -> float | None:
         return _geomean([t.ratio_low for t in self.timings]) if self.timings else None
+
+    @property
+    def paired_times(self) -> tuple[float, float] | None:
+        """(reference, candidate): the summed medians of its performance tests, from the same paired
+        rounds, so that reference / candidate is the speedup every report gives for a verified winner."""
+        if not self.timings:
+            return None
+        return sum(t.reference_s for t in self.timings), sum(t.candidate_s for t in self.timings)
 
     @property
     def time_s(self) -> float | None:
@@ -82,7 +99,7 @@ class Judged:
         if self.failures:
             return self.failures[0]
         if not self.outcome.correct:
-            return self.outcome.value
+            return str(self.outcome.value)
         if self.ratio is None or self.ratio_low is None:
             return "passed every correctness test; no performance test timed it"
         high = _geomean([t.ratio_high for t in self.timings])

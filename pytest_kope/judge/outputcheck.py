@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from . import arrays
-from .rotation import INOUT, OUT, Rotation, _blank, _clone, _rescale
+from .rotation import INOUT, OUT, Rotation, _blank, _clone
 
 Call = Callable[..., object]
 AUDIT_CHANCE = 0.25  # after the first `min_rounds`, the chance that a round is followed by an audit
@@ -32,8 +32,9 @@ class InRoundCheck:
     """The timed outputs check inside the rounds, for kernels timed one call a block.
 
     In a round both kernels run on the same rotation copy with the same fresh inputs, each after
-    its outputs were poisoned; the first one's outputs are copied out before the second block's
-    poisoning, and compared with the second one's.
+    its outputs were poisoned; the first one's outputs are copied out (`Rotation.park`: to buffers
+    no kernel is given) before the second block's poisoning, and compared with the second one's,
+    which are then erased: the next round's second kernel is the other one, given this copy before.
     """
 
     def __init__(self, rotation: Rotation, rtol: float):
@@ -51,6 +52,7 @@ class InRoundCheck:
         was_reference, earlier = self.first
         want, got = (earlier, outputs) if was_reference else (outputs, earlier)
         why = first_mismatch(got, want, self.rtol)
+        self.rotation.erase(k)
         if why and not self.mismatch:
             self.mismatch = f"on timed buffer copy {k + 1} of {len(self.rotation.sets)}, {why}"
         self.checked.add(k)
@@ -99,35 +101,30 @@ class Audit:
         """A candidate block from call `start` that stops after 1..`n` calls, then its check."""
         rotation = self.rotation
         calls = self._random.randint(1, n)
-        factors = rotation.factors()
-        rotation.prepare(factors, rotation.used(start, n))  # as for a whole block: no shorter pause
+        seeds = rotation.seeds()
+        rotation.prepare(seeds, rotation.used(start, n))  # as for a whole block: no shorter pause
         self.block(self.candidate, start, calls)
         used = rotation.used(start, calls)
         self.count += 1
         times = Counter((start + i) % len(rotation.sets) for i in range(calls))
         for k in used:
-            why = self._check(k, times[k], factors[k])
+            why = self._check(k, times[k], seeds[k])
             if why:
                 self.mismatch = (
                     f"on timed buffer copy {k + 1} of {len(rotation.sets)}, {why} (an audited block)"
                 )
                 return
 
-    def _check(self, k: int, times: int, factor: float) -> str:
+    def _check(self, k: int, times: int, seed: int | None) -> str:
         """Copy `k` after `times` candidate calls against the reference called as often on the same
         fresh inputs (restored: the candidate may have written them), into scratch outputs."""
         rotation = self.rotation
         values = list(rotation.sets[k])
-        for i in rotation.varied:
-            if i not in rotation.outputs:
-                _rescale(values[i], rotation.pristine[i], factor)
         for i in rotation.outputs:
-            scratch = self._scratch.setdefault(i, _blank(values[i]))
-            if rotation.roles[i] == INOUT:
-                _rescale(scratch, rotation.pristine[i], factor)
-            else:
-                arrays.poison(scratch)
-            values[i] = scratch
+            values[i] = self._scratch.setdefault(i, _blank(values[i]))
+            if rotation.roles[i] == OUT:
+                arrays.poison(values[i])
+        rotation.fresh_inputs(values, seed)  # in-place ones into their scratch
         for _ in range(times):
             self.reference(*values)
         self.sync()
@@ -147,7 +144,7 @@ def timed_outputs_mismatch(reference: Call, candidate: Call, rotation: Rotation,
     """
     if not rotation.outputs:
         return ""
-    rotation.prepare(rotation.factors())
+    rotation.prepare(rotation.seeds())
     scratch = {i: _clone(rotation.sets[0][i]) for i in rotation.outputs}
     for k, values in enumerate(rotation.sets):
         for i in rotation.outputs:

@@ -1,5 +1,6 @@
 /* pytest-kope physics probe: best-of-N read (vector sum), write (memset) and copy (memcpy) bandwidth
-   of all OpenMP threads per working-set size, and the float32 FMA peak; prints one JSON object.
+   of all OpenMP threads per working-set size, and the float32 FMA peak; prints one JSON object, with
+   each size's spread (best over median sample, the largest of the three figures') and the FMA's.
    usage: probe MIN_SAMPLE_SECONDS BEST_OF SIZE_BYTES...  (built and run by physics.py)
 
    Each thread times its own share inside one parallel region, between barriers, and a sample's rate
@@ -24,6 +25,7 @@ typedef float vf __attribute__((vector_size(VB)));
 #define NV (VB / 4)
 #define CLOBBER(p) __asm__ volatile("" : : "r"(p) : "memory")
 static volatile float sink;
+#define MAX_SAMPLES 64
 static double rates[1024], times[1024];
 
 static double work(int k, char *buf, size_t size, long reps, int id, int nt) {
@@ -62,8 +64,14 @@ static double work(int k, char *buf, size_t size, long reps, int id, int nt) {
     return 2.0 * 12 * NV * reps;
 }
 
-static double best_rate(int k, char *buf, size_t size, long reps, int samples, double *slowest) {
-    double best = 0;
+static int by_value(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* the best sample's rate; *spread: the best over the median sample's (how steady the machine was) */
+static double best_rate(int k, char *buf, size_t size, long reps, int samples, double *slowest, double *spread) {
+    double best = 0, sums[MAX_SAMPLES];
     *slowest = 0;
 #pragma omp parallel
     {
@@ -79,17 +87,20 @@ static double best_rate(int k, char *buf, size_t size, long reps, int samples, d
                 double sum = 0, longest = 0;
                 for (int i = 0; i < nt; i++) sum += rates[i], longest = times[i] > longest ? times[i] : longest;
                 if (sum > best) best = sum, *slowest = longest;
+                sums[n] = sum;
             }
         }
     }
+    qsort(sums, samples, sizeof(double), by_value);
+    *spread = sums[samples / 2] > 0 ? best / sums[samples / 2] : 1;
     return best;
 }
 
-static double measure(int k, char *buf, size_t size, double min_s, int samples) {
+static double measure(int k, char *buf, size_t size, double min_s, int samples, double *spread) {
     double t;
     long reps = 1;
-    while (best_rate(k, buf, size, reps, 1, &t), t < min_s) reps *= t < min_s / 16 ? 8 : 2;
-    return best_rate(k, buf, size, reps, samples, &t);
+    while (best_rate(k, buf, size, reps, 1, &t, spread), t < min_s) reps *= t < min_s / 16 ? 8 : 2;
+    return best_rate(k, buf, size, reps, samples, &t, spread);
 }
 
 int main(int argc, char **argv) {
@@ -97,7 +108,8 @@ int main(int argc, char **argv) {
     double min_s = atof(argv[1]), t0 = omp_get_wtime();
     int samples = atoi(argv[2]), nt = omp_get_max_threads(), n = argc - 3;
     if (nt > 1024) { fprintf(stderr, "more than 1024 threads\n"); return 2; }
-    double *gbs = calloc(3 * (n + 1), sizeof(double));
+    if (samples < 1 || samples > MAX_SAMPLES) { fprintf(stderr, "BEST_OF is 1 to %d\n", MAX_SAMPLES); return 2; }
+    double *gbs = calloc(3 * (n + 1), sizeof(double)), *spread = calloc(n + 1, sizeof(double)), s, fs;
     for (int i = 0; i < n; i++) {
         size_t size = strtoull(argv[i + 3], 0, 10), huge = 2u << 20, len = (size + huge - 1) / huge * huge;
         if (size < 32 * VB) { fprintf(stderr, "working set %zu is below %d bytes\n", size, 32 * VB); return 2; }
@@ -108,11 +120,17 @@ int main(int argc, char **argv) {
 #endif
 #pragma omp parallel for schedule(static)
         for (size_t o = 0; o < len; o += 4096) memset(buf + o, 1, 4096);
-        for (int k = 0; k < 3; k++) gbs[k * n + i] = measure(k, buf, size, min_s, samples) / 1e9;
+        for (int k = 0; k < 3; k++) {
+            gbs[k * n + i] = measure(k, buf, size, min_s, samples, &s) / 1e9;
+            spread[i] = s > spread[i] ? s : spread[i];
+        }
         free(buf);
     }
-    printf("{\"threads\": %d, \"vector_bytes\": %d, \"gflops\": %.3f, \"sizes\": [", nt, VB,
-           measure(3, 0, 0, min_s, samples) / 1e9);
+    double gflops = measure(3, 0, 0, min_s, samples, &fs) / 1e9;
+    printf("{\"threads\": %d, \"vector_bytes\": %d, \"gflops\": %.3f, \"gflops_spread\": %.4f, \"spread\": [",
+           nt, VB, gflops, fs);
+    for (int i = 0; i < n; i++) printf("%s%.4f", i ? ", " : "", spread[i]);
+    printf("], \"sizes\": [");
     for (int i = 0; i < n; i++) printf("%s%s", i ? ", " : "", argv[i + 3]);
     const char *names[3] = {"read", "write", "copy"};
     for (int k = 0; k < 3; k++) {

@@ -7,7 +7,9 @@ the events' `event` and `kind` fields, never from message text.
 
 Events: `collected` (items: id, test, fresh), `start` (test), `report` (test, when, outcome, kind,
 message), `build_failed` (kind: compile_failed | rejected), `timing` (a paired timing, with
-`suspect` and `mismatch`), `recorded` (count), `replayed` (problems), `done` (with the clock readings
+`suspect` and `mismatch`), `recorded` (count; asserted: the loosest bound and the largest error of
+the tests' `assert_close` calls), `replayed` (problems), `shrunk` (smallest: a minimal
+drawn input the candidate fails, `draws.py`), `done` (with the clock readings
 and seconds the bench splits a judgement by); from a build step: `built` or `build_failed`.
 """
 
@@ -21,7 +23,18 @@ from pathlib import Path
 from typing import Any
 
 EVENTS = frozenset(
-    {"collected", "start", "report", "build_failed", "built", "timing", "recorded", "replayed", "done"}
+    {
+        "collected",
+        "start",
+        "report",
+        "build_failed",
+        "built",
+        "timing",
+        "recorded",
+        "replayed",
+        "shrunk",
+        "done",
+    }
 )
 
 

@@ -1,23 +1,31 @@
 """The copies of a timed call's arguments, and the fresh inputs and poisoned outputs of every block.
 
-No two timed rounds see the same inputs: every rotation copy holds the test's floating inputs times
-its own factor near 1 (structure kept, no two copies equal), and each round draws new factors, so a
-kernel that remembers "the same input as last time" never sees one. Large buffers are prepared by
-`memops` (threaded, bit for bit numpy's result).
+No timed call sees inputs a kernel could relate to any it saw before: every preparation of a copy
+draws its own seed from the operating system, and each element of every floating input is the
+test's element times its own random factor (`freshinputs`: dtype, shape, range, signs, zeros and
+integer values kept; no copy a scaled, offset or permuted version of another). Both kernels of a
+round see the same inputs, new ones every round. Large buffers are prepared by `memops` (threaded).
+
+Nothing one kernel wrote is left where the other is given an address: before a kernel calibrates,
+the outputs the other kernel wrote there are poisoned (`wipe`); a round's first outputs are parked
+in host buffers no kernel is ever given (`park`), and the second kernel's are erased once
+compared (`outputcheck`).
 """
 
 from __future__ import annotations
 
 import math
-import random
+import secrets
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from . import arrays, memops
+from .freshinputs import Domain, fresh
 
 IN, OUT, INOUT, SCALAR = "in", "out", "inout", "scalar"  # the roles of toolchains.base.Arg
+MAX_COPY_BYTES = 256 << 20  # copies made for a block of many calls (`Rotation.fit`), in all
 
 
 def last_level_cache_bytes() -> int:
@@ -61,27 +69,59 @@ class Rotation:
             for k in range(copies)
         ]
         self.pristine = {i: args[i] for i in self.varied}  # on the arguments' own device
+        self.domains = {i: Domain.of(args[i]) for i in self.varied}
         self.prepared: set[int] = set()  # copies given fresh inputs and poisoned outputs at least once
         self.bytes_per_call = size
-        self._random = random.Random(0x6B6F7065)
+        self._parked: dict[int, np.ndarray] = {}  # `park`'s buffers: never given to a kernel
 
-    def factors(self) -> list[float]:
-        """A new factor near 1 for every copy: no copy ever holds contents seen before."""
-        return [self._random.uniform(0.97, 1.03) for _ in self.sets]
+    def seeds(self) -> list[int | None]:
+        """A new seed for every copy, from the operating system: no copy ever holds inputs seen
+        before, nor inputs a kernel could predict from them."""
+        return [secrets.randbits(64) for _ in self.sets]
+
+    def exact(self) -> list[int | None]:
+        """Seeds that prepare the test's own inputs, exactly (a guarded first call)."""
+        return [None for _ in self.sets]
 
     def prepare(
-        self, factors: Sequence[float], used: Sequence[int] | None = None, poison: bool = True
+        self, seeds: Sequence[int | None], used: Sequence[int] | None = None, poison: bool = True
     ) -> None:
-        """Give the copies in `used` (all by default) fresh inputs and poisoned outputs (`poison`
-        False: the caller poisons them, as a guarded call's own guard does)."""
+        """Give the copies in `used` (all by default) the fresh inputs of their seed and poisoned
+        outputs (`poison` False: the caller poisons them, as a guarded call's own guard does)."""
         for k in range(len(self.sets)) if used is None else used:
             self.prepared.add(k)
-            values = self.sets[k]
-            for i in self.varied:
-                _rescale(values[i], self.pristine[i], factors[k])
-            for i in self.outputs:
-                if self.roles[i] == OUT and poison:
-                    arrays.poison(values[i])
+            self.fresh_inputs(self.sets[k], seeds[k])
+            if poison:
+                self.poison_outputs(k)
+
+    def fresh_inputs(self, values: Sequence[Any], seed: int | None, skip: Sequence[int] = ()) -> None:
+        """Write the fresh inputs of `seed` into `values` (a copy's arguments, or scratch in their
+        places), but for the arguments in `skip`."""
+        for i in self.varied:
+            if i not in skip:
+                fresh(values[i], self.pristine[i], seed, self.domains[i])
+
+    def poison_outputs(self, k: int) -> None:
+        """Poison copy `k`'s OUT buffers."""
+        for i in self.outputs:
+            if self.roles[i] == OUT:
+                arrays.poison(self.sets[k][i])
+
+    def erase(self, k: int) -> None:
+        """Leave no result in copy `k`: its OUT buffers poisoned, its in-place arguments given fresh
+        inputs of a new seed (its other inputs stay as they are)."""
+        self.poison_outputs(k)
+        in_place = [i for i in self.varied if i in self.outputs]
+        if in_place:
+            self.fresh_inputs(
+                self.sets[k], secrets.randbits(64), [i for i in self.varied if i not in in_place]
+            )
+
+    def wipe(self) -> None:
+        """Before a kernel calibrates on copies the other kernel wrote: erase every prepared copy
+        (what calibrating calls write is never read: the copies' other inputs may stay as they are)."""
+        for k in sorted(self.prepared):
+            self.erase(k)
 
     def keep(self, copies: int) -> None:
         """Cycle through the first `copies` copies only; the others were never written, so never
@@ -93,49 +133,51 @@ class Rotation:
         del self.sets[max(1, copies) :]
         self.prepared &= set(range(len(self.sets)))
 
+    def fit(self, calls: int) -> None:
+        """Exactly one copy for each of a block's `calls` (two at least), so no call of a block sees
+        inputs an earlier call of it saw: `keep` drops copies beyond them, and a block of more calls
+        than copies (a fast kernel, many calls a block) gets new ones, up to MAX_COPY_BYTES in all
+        (past it, copies come round again within a block, still fresh every round)."""
+        want = max(2, calls)
+        if self.bytes_per_call:
+            want = min(want, max(len(self.sets), MAX_COPY_BYTES // self.bytes_per_call))
+        first = self.sets[0]
+        while len(self.sets) < want:
+            self.sets.append(
+                tuple(
+                    _blank(a) if i in self.varied or self.roles[i] == OUT else _clone(a)
+                    for i, a in enumerate(first)
+                )
+            )
+        self.keep(want)
+
     def used(self, start: int, n: int) -> list[int]:
         """The copies a block of `n` calls from call number `start` goes through."""
         return sorted({(start + i) % len(self.sets) for i in range(min(n, len(self.sets)))})
 
     def park(self, k: int) -> dict[int, np.ndarray | None]:
-        """Copy `k`'s outputs aside: into the next copy's OUT buffers, already in memory and poisoned
-        again before that copy is next used, rather than into fresh memory (an in-place argument,
-        or one off the host, gets a host copy). Not swapped with them, which costs no copy: then the
+        """Copy `k`'s outputs aside, into host buffers of their own, made on first use and never
+        given to a kernel: the next kernel of the round cannot find them (an output off the host gets
+        a host copy). Copied, not swapped with another copy's buffers, which costs no copy: then the
         first block of every round wrote one buffer and the second the other, and an A/A sgemm pair
         came out 1.03-1.06 every time (six of six; 0.99-1.01 copied)."""
-        spare = self.sets[(k + 1) % len(self.sets)]
         out: dict[int, np.ndarray | None] = {}
         for i in self.outputs:
-            target, written = spare[i], self.sets[k][i]
-            if (
-                self.roles[i] == OUT
-                and isinstance(target, np.ndarray)
-                and isinstance(written, np.ndarray)
-                and target is not written
-            ):
-                if not memops.copy_into(target, written):
-                    np.copyto(target, written)
-                out[i] = target
-            else:
-                out[i] = arrays.host_copy(self.sets[k][i])
+            written = self.sets[k][i]
+            if not isinstance(written, np.ndarray):
+                out[i] = arrays.host_copy(written)
+                continue
+            kept = self._parked.get(i)
+            if kept is None:
+                kept = self._parked[i] = np.empty_like(written)
+            if not memops.copy_into(kept, written):
+                np.copyto(kept, written)
+            out[i] = kept
         return out
 
     def outputs_of(self, k: int) -> dict[int, np.ndarray | None]:
         """Copy `k`'s outputs on the host: views where they are on the host, else host copies."""
         return {i: arrays.host(self.sets[k][i]) for i in self.outputs}
-
-
-def _rescale(target: Any, pristine: Any, factor: float) -> None:
-    """target = pristine * factor in one pass on the data's own device (no host round trip)."""
-    if memops.scale_into(target, pristine, factor):  # a large buffer: threaded (`memops`)
-        return
-    if isinstance(target, np.ndarray):
-        with np.errstate(all="ignore"):  # an input's NaN (even a signaling one) is the test's to give
-            np.multiply(pristine, pristine.dtype.type(factor), out=target)
-    else:  # a torch tensor: seen on an H200, a host round trip per block made one timing take a minute
-        import torch
-
-        torch.mul(pristine, factor, out=target)
 
 
 def _floating(a: object) -> bool:

@@ -11,6 +11,7 @@ The committed kernel's own correctness run also records its calls for the differ
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import random
@@ -18,7 +19,7 @@ import shutil
 import tempfile
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +27,8 @@ from ..candidate import Candidate
 from ..errors import InfrastructureFault, SpecError
 from ..operator import Operator, interface_change
 from ..spec import parse_spec
-from . import differential, sandbox
-from .arrays import DEFAULT_RTOL
+from . import differential, drawing, environments, sandbox
+from .arrays import DEFAULT_RTOL, timed_rtol
 from .launch import Launcher, Request
 from .outcome import Judged, Outcome
 from .verdict import interpret  # noqa: F401 - the verdict's old home
@@ -75,8 +76,10 @@ class Judge:
                 self.free_devices.put(device)
         self.recorded: Path | None = None  # the committed kernel's recorded calls (inputs only on disk)
         self.expected: dict[str, dict[str, Any]] = {}  # its outputs, held here, never on disk
+        self.expected_draws: dict[str, dict[str, Any]] = {}  # its outputs on calls drawn beyond the tests'
         self.committed: Candidate | None = None
         self.launcher = Launcher(plan)
+        self.timed_rtol = (DEFAULT_RTOL, "not known before the committed kernel's run")  # (rtol, why)
 
     def fresh_processes(self) -> None:
         """Judge in fresh processes from now on, each building its own kernels: the verification of a
@@ -96,11 +99,11 @@ class Judge:
         self._forget()
         self.committed = candidate
         folder = Path(tempfile.mkdtemp(prefix=f"kope-{self.plan.operator.name}-calls-"))
-        judged = self._child(candidate, self.plan.correctness, self._draw_seeds(), None, record=folder)
+        judged = self._everywhere(candidate, self._draw_seeds(), record=folder)
         if judged.outcome == Outcome.INCORRECT and _only_seeded(judged):
             # the committed kernel fails a test only on some fresh inputs: the test is flaky there
             first = judged
-            judged = self._child(candidate, self.plan.correctness, self._draw_seeds(), None, record=folder)
+            judged = self._everywhere(candidate, self._draw_seeds(), record=folder)
             if judged.outcome.correct:
                 judged.notes += [
                     f"flaky test: {t} fails the committed kernel with --kope-seed {s}; fix its tolerance"
@@ -108,20 +111,27 @@ class Judge:
                 ]
         if judged.outcome.correct and (folder / "manifest.json").exists():
             self.recorded, self.expected = folder, differential.take_expected(folder)
+            self.expected_draws = differential.take_expected(folder / "draws")
+            notes = folder / "notes.json"
+            judged.notes += json.loads(notes.read_text()) if notes.exists() else []
         else:
             shutil.rmtree(folder, ignore_errors=True)
+        if judged.outcome.correct:  # the bar for timed outputs: the repo's own tolerance
+            self.timed_rtol = timed_rtol(self.plan.operator.rtol, judged.asserted)
+            self.launcher.timed_rtol = self.timed_rtol[0]
         if not judged.outcome.correct:
             self.launcher.close()  # the operator stops here: no server need stay warm
         return judged
 
     def _draw_seeds(self) -> list[int]:
-        """Fresh seeds for one correctness run (`--kope-seeds` of them)."""
-        return [random.SystemRandom().randrange(1 << 31) for _ in range(max(1, self.plan.seeds))]
+        """Fresh seeds for one correctness run (`--kope-seeds` of them, one per environment at least)."""
+        count = max(len(environments.ENVIRONMENTS), self.plan.seeds)
+        return [random.SystemRandom().randrange(1 << 31) for _ in range(count)]
 
     def _forget(self) -> None:
         if self.recorded is not None:
             shutil.rmtree(self.recorded, ignore_errors=True)
-        self.recorded, self.expected = None, {}
+        self.recorded, self.expected, self.expected_draws = None, {}, {}
 
     def close(self) -> None:
         """Forget the recorded calls, stop the fork servers, remove the build cache."""
@@ -139,19 +149,72 @@ class Judge:
         if reasons:
             return Judged(candidate, Outcome.REJECTED, failures=[f"screening: {r}" for r in reasons])
         try:
-            judged = self._child(
-                candidate, self.plan.correctness, self._draw_seeds(), reference=None, device=device
+            judged = self._everywhere(
+                candidate, self._draw_seeds(), device, forgive=self.committed is not None
             )
-            if judged.outcome == Outcome.INCORRECT and judged.failed_runs and self.committed is not None:
-                self._forgive_flaky(judged, device)
         except InfrastructureFault as e:  # the machinery's failure: no verdict on the candidate
             return Judged(candidate, Outcome.RUNTIME_FAILED, failures=[str(e)], fault=str(e))
         if judged.outcome.correct and judged.differential:
             judged.outcome = Outcome.INCORRECT
             judged.failures = judged.differential[:3]
+            self._shrink(judged, device)
         return judged
 
-    def _forgive_flaky(self, judged: Judged, device: int | None) -> None:
+    def _shrink(self, judged: Judged, device: int | None) -> None:
+        """A failure on a drawn call gets the minimal input Hypothesis shrinks it to, in a child holding
+        the candidate and the committed kernel (`drawing.shrink`). Only the message changes: the
+        verdict was made here from the candidate's outputs."""
+        key = drawing.failing_key(judged.failures[0])
+        if key is None or self.recorded is None or self.committed is None:
+            return
+        found: list[str] = []
+
+        def take(events: list[dict[str, Any]], outputs: Path) -> list[str]:
+            found.extend(str(e["smallest"]) for e in events if e["event"] == "shrunk" and e["smallest"])
+            return []
+
+        request = Request(judged.candidate, [], [], None, device, None, self.recorded, take)
+        shrunk = self.launcher.judge(replace(request, shrink=key, oracle=self.committed))
+        judged.seconds += shrunk.seconds
+        judged.phases["shrink"] = shrunk.seconds
+        if found:
+            judged.failures[0] += f"; minimal input (shrunk by Hypothesis): {found[0]}"
+
+    def _everywhere(
+        self,
+        candidate: Candidate,
+        seeds: list[int],
+        device: int | None = None,
+        record: Path | None = None,
+        forgive: bool = False,
+    ) -> Judged:
+        """All correctness tests in each environment (`environments.py`), each on its share of `seeds`;
+        the first environment that fails decides, and its failures name it. The committed kernel's
+        calls are recorded in the user's environment; every environment replays them."""
+        judged: Judged | None = None
+        for environment, share in environments.share(seeds):
+            one = self._child(
+                candidate,
+                self.plan.correctness,
+                share,
+                None,
+                device,
+                record=record if environment == environments.USER else None,
+                environment=environment,
+            )
+            if forgive and one.outcome == Outcome.INCORRECT and one.failed_runs:
+                self._forgive_flaky(one, device, environment)
+            if environment != environments.USER:
+                where = environments.describe(environment)
+                one.failures = [f"{where}: {f}" for f in one.failures]
+                one.differential = [f"{where}: {f}" for f in one.differential]
+            judged = one if judged is None else _joined(judged, one)
+            if not judged.outcome.correct or judged.differential:
+                break  # the candidate is out: the other environment would only cost time
+        assert judged is not None  # there is an environment
+        return judged
+
+    def _forgive_flaky(self, judged: Judged, device: int | None, environment: str) -> None:
         """A test the committed kernel also fails on the same seed is the test's fault, not the candidate's.
 
         Each failing (test, seed) is re-run with the committed kernel: same seed, same inputs. When every
@@ -163,7 +226,9 @@ class Judge:
             return  # a failure without fresh inputs, or many: not a flaky tolerance
         flaky = []
         for test, seed in failing:
-            again = self._child(self.committed, [test], [seed], None, device=device, replay=False)
+            again = self._child(
+                self.committed, [test], [seed], None, device=device, replay=False, environment=environment
+            )
             if again.outcome != Outcome.INCORRECT or (test, seed) not in set(again.failed_runs):
                 return
             flaky.append(
@@ -192,11 +257,11 @@ class Judge:
         judged.seconds += timed.seconds
         for phase, seconds in timed.phases.items():
             judged.phases[phase] = judged.phases.get(phase, 0.0) + seconds
-        if not timed.outcome.correct:
+        if not timed.outcome.correct and timed.outcome != Outcome.SUSPECT:
             judged.outcome, judged.failures = timed.outcome, timed.failures
             return judged
         judged.timings = timed.timings
-        judged.notes += timed.notes
+        judged.notes += timed.notes  # a suspect's: which physics bound its time broke
         if timed.outcome == Outcome.SUSPECT:
             judged.outcome = Outcome.SUSPECT
         return judged
@@ -210,6 +275,7 @@ class Judge:
         device: int | None = None,
         record: Path | None = None,
         replay: bool = True,
+        environment: str = environments.USER,
     ) -> Judged:
         replay_from = self.recorded if reference is None and record is None and replay else None
         compare = None
@@ -220,7 +286,7 @@ class Judge:
                 return self._compare(events, recorded, outputs)
 
         return self.launcher.judge(
-            Request(candidate, tests, seeds, reference, device, record, replay_from, compare)
+            Request(candidate, tests, seeds, reference, device, record, replay_from, compare, environment)
         )
 
     @property
@@ -233,7 +299,27 @@ class Judge:
         problems = (
             done[-1]["problems"] if done else ["the candidate's child never replayed the recorded calls"]
         )
-        return [str(p) for p in problems] or differential.compare(replay, self.expected, outputs, self.rtol)
+        if problems:
+            return [str(p) for p in problems]
+        return differential.compare(replay, self.expected, outputs, self.rtol) or (
+            differential.compare(replay / "draws", self.expected_draws, outputs / "draws", self.rtol)
+            if self.expected_draws
+            else []
+        )
+
+
+def _joined(first: Judged, then: Judged) -> Judged:
+    """One verdict from two correctness children of one candidate: the later child's outcome (the
+    earlier passed, else it would not have run), both children's time, tests, notes and findings."""
+    then.seconds += first.seconds
+    for phase, seconds in first.phases.items():
+        then.phases[phase] = then.phases.get(phase, 0.0) + seconds
+    then.tests_passed = sorted(set(first.tests_passed) & set(then.tests_passed))
+    then.notes = first.notes + then.notes
+    then.differential = first.differential + then.differential
+    then.fixed_inputs = sorted(set(first.fixed_inputs) | set(then.fixed_inputs))
+    then.asserted = then.asserted or first.asserted
+    return then
 
 
 def _only_seeded(judged: Judged) -> bool:

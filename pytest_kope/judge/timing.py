@@ -98,11 +98,11 @@ def calibrate(
     could give (two re-preparations of a 64 MiB copy were a tenth of a timing's protocol). `spent`
     gets the seconds of each calibrating call block (the kernel's own time, without preparation).
     """
-    sets, factors = rotation.sets, rotation.factors()
+    sets, seeds = rotation.sets, rotation.seeds()
 
     def run(start: int, n: int) -> float:
         if lazy:
-            rotation.prepare(factors, [k for k in rotation.used(start, n) if k not in rotation.prepared])
+            rotation.prepare(seeds, [k for k in rotation.used(start, n) if k not in rotation.prepared])
         took = _run(fn, sets, start, n, clock, sync)
         if spent is not None:
             spent.append(took)
@@ -130,7 +130,7 @@ def measure(
 ) -> Stats:
     """Time one kernel call: warm-up, calibrated rounds, the median per call."""
     rotation = Rotation(args, roles)
-    rotation.prepare(rotation.factors())
+    rotation.prepare(rotation.seeds())
     n = calibrate(fn, rotation, clock, sync, budget)
     per_call, spent, r = [], 0.0, 0
     while r < budget.max_rounds and (r < budget.min_rounds or spent < budget.max_time_s):
@@ -177,10 +177,11 @@ def measure_paired(
     rotation = rotation if rotation is not None else Rotation(args, roles)
     calibrating: list[float] = []
     n_ref = calibrate(reference, rotation, clock, sync, budget, lazy=True, spent=calibrating)
+    rotation.wipe()  # the candidate calibrates where no result of the reference is left
     n_cand = calibrate(candidate, rotation, clock, sync, budget, lazy=True, spent=calibrating)
     ref, cand, spent, r, window = [], [], 0.0, 0, clock()
     one_call = n_ref == n_cand == 1
-    rotation.keep(max(2, n_ref, n_cand))  # every block prepares the copies it uses, right before its calls
+    rotation.fit(max(n_ref, n_cand))  # every block prepares the copies it uses, right before its calls
 
     def block(fn: Call, start: int, n: int) -> float:
         return _run(fn, rotation.sets, start, n, clock, sync)
@@ -189,10 +190,10 @@ def measure_paired(
     # the cap counts the whole window, fresh inputs included: an undecided pair ends at one wall time
     while r < budget.max_rounds and (r < budget.min_rounds or clock() - window < budget.max_time_s):
         order = [(reference, n_ref, ref), (candidate, n_cand, cand)]
-        factors = rotation.factors()  # both kernels see the same inputs in a round, new ones each round
+        seeds = rotation.seeds()  # both kernels see the same inputs in a round, new ones each round
         for j, (fn, n, out) in enumerate(order if r % 2 == 0 else reversed(order)):
             used = rotation.used(r * n, n)
-            rotation.prepare(factors, used)
+            rotation.prepare(seeds, used)
             took = block(fn, r * n, n)
             out.append(took / n)
             spent += took

@@ -216,14 +216,24 @@ class Graph:
             }
             attempt_id = new_id(self.db.table("attempts").insert(attempt))
             for kind, text, data in observations_of(judged):
-                obs = {"attempt_id": attempt_id, "kind": kind, "text": text, "data": _json(data)}
-                obs_id = new_id(self.db.table("observations").insert(obs))
-                self.edge("attempt", attempt_id, "observed", "observation", obs_id)
+                self._observe(attempt_id, kind, text, data)
             hw = self.db.execute("SELECT hardware_id FROM tasks WHERE id = ?", (task_id,)).fetchone()
             if hw:
                 self.edge("attempt", attempt_id, "evaluated_on", "hardware", hw[0])
             self.link_parents(task_id)
             return attempt_id
+
+    def mark_committed(self, task_id: int, candidate_hash: str, branch: str, commit: str) -> None:
+        """Note that the attempt is what `branch` holds: what a reviewer merges, fastest or not."""
+        with writing(self.db):
+            if (attempt := self._attempt_id(task_id, candidate_hash)) is not None:
+                text, data = f"committed to {branch} as {commit}", {"branch": branch, "commit": commit}
+                self._observe(attempt, "committed", text, data)
+
+    def _observe(self, attempt_id: int, kind: str, text: str, data: Any) -> None:
+        obs = {"attempt_id": attempt_id, "kind": kind, "text": text, "data": _json(data)}
+        obs_id = new_id(self.db.table("observations").insert(obs))
+        self.edge("attempt", attempt_id, "observed", "observation", obs_id)
 
     def link_parents(self, task_id: int) -> None:
         """derived_from edges for every attempt of the task whose parent is recorded (either order)."""

@@ -6,9 +6,12 @@ sum the operator up for the report.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from .. import report
+from ..judge import plaincheck
+from ..judge.outcome import Outcome
 from .decide import verify
 
 if TYPE_CHECKING:
@@ -23,6 +26,7 @@ def conclude(s: KopeSession, loop: OperatorLoop, p: Progress, seconds: float) ->
     verified: Judged | None = None
     branch = commit = None
     note = ""
+    extra: dict[str, Any] = {"timed_rtol": dict(zip(("rtol", "from"), loop.judge.timed_rtol, strict=True))}
     if p.incumbent is not p.baseline and not s.clock.can_verify():
         note = (
             f"not verified: the time budget ran out ({max(0.0, s.clock.left()):.0f} s left, "
@@ -30,18 +34,16 @@ def conclude(s: KopeSession, loop: OperatorLoop, p: Progress, seconds: float) ->
         )
     elif p.incumbent is not p.baseline:
         started = time.monotonic()
-        loop.say(f"verifying {p.incumbent.candidate.short} in a fresh process against the baseline")
-        verified, note = verify(loop.judge, p.baseline, p.incumbent, s.settings.min_gain, loop.fault)
+        verified, baked, note = _verify_committed(s, loop, p, extra)
         s.clock.verifies.append(time.monotonic() - started)
-        # the toolchain writes the winning values in as the defaults, so the committed file builds the
-        # winner; publish.py commits it (never losing a commit), pushes, opens the pull request
-        baked = loop.tc.bake(verified.candidate.source, verified.candidate.params) if verified else ""
         if verified is not None:
             s.publisher.measure_peers(op, baked)  # --kope-peers, before the PR body is written
         if verified is not None and s.vcs is not None:
             branch, commit, note = s.publisher.commit(
                 op, verified, p.baseline, p.history, loop.hw, loop.plan.files, baked
             )
+            if branch and commit:
+                s.graph.mark_committed(loop.task, verified.candidate.hash, branch, commit)
         elif verified is not None:
             note = f"verified, not committed: {s.no_commit_why}"
     summary = report.operator_summary(
@@ -57,7 +59,34 @@ def conclude(s: KopeSession, loop: OperatorLoop, p: Progress, seconds: float) ->
         note,
         seconds,
     )
+    summary.update(extra)
     summary.update(s.publisher.after(op.name, summary))
     if note:
         loop.say(note)
     return summary
+
+
+def _verify_committed(
+    s: KopeSession, loop: OperatorLoop, p: Progress, extra: dict[str, Any]
+) -> tuple[Judged | None, str, str]:
+    """(verified winner, the file to commit, note). The toolchain writes the winning values into the
+    source (`Toolchain.bake`), and that file, the one a merge delivers, is what the fresh processes
+    judge and time against the baseline; then the operator's tests run on it as plain `pytest` does."""
+    inc = p.incumbent.candidate
+    baked = loop.tc.bake(inc.source, inc.params)
+    loop.say(f"verifying {inc.short} as the file to commit, in a fresh process against the baseline")
+    as_committed = replace(inc, source=baked)
+    verified, note = verify(
+        loop.judge, p.baseline, p.incumbent, s.settings.min_gain, loop.fault, as_committed
+    )
+    if verified is None:
+        return None, "", note
+    verified.candidate = inc  # measured as the committed file; named as the search found it
+    plain = plaincheck.run(loop.plan, loop.op.source, baked, *((s.vcs.top, s.vcs.base) if s.vcs else ()))
+    extra["plain_pytest"] = plain.to_json()
+    loop.say(plain.line())
+    if not plain.ok:  # judged correct, yet wrong where the user runs it: incorrect
+        p.incumbent.outcome = Outcome.INCORRECT
+        p.incumbent.failures.insert(0, plain.line())
+        return None, "", f"not committed: {plain.line()}"
+    return verified, baked, note

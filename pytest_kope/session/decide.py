@@ -112,7 +112,12 @@ def judge_batch(
 
 
 def verify(
-    judge: Judge, baseline: Judged, incumbent: Judged, min_gain: float, fault: Callable[[Judged], None]
+    judge: Judge,
+    baseline: Judged,
+    incumbent: Judged,
+    min_gain: float,
+    fault: Callable[[Judged], None],
+    as_committed: Candidate | None = None,
 ) -> tuple[Judged | None, str]:
     """Re-run the winner in a fresh process with fresh inputs, timed against the baseline: the verified
     winner (its speedup now its ratio to the baseline), or None and why not (a judgement lost to the
@@ -120,10 +125,11 @@ def verify(
 
     The committed kernel records the differential check's calls on new seeds first, in a warm child
     (it is trusted code, and the fork server never loads a candidate: a fresh process bought it
-    nothing but a second's start); the winner is then judged in fresh processes only."""
+    nothing but a second's start); the winner is then judged in fresh processes only. `as_committed`:
+    the winner as the file a merge delivers (its values written into the source), judged in its place."""
     judge.baseline(baseline.candidate)  # the differential check on inputs never seen before
     judge.fresh_processes()  # independence over speed: a new process, a new build
-    fresh = judge.correctness([incumbent.candidate])[0]
+    fresh = judge.correctness([as_committed or incumbent.candidate])[0]
     if fresh.outcome.correct:
         judge.performance(fresh, baseline.candidate)
     if fresh.fault and not (fresh.outcome.correct and fresh.timings):
@@ -134,5 +140,6 @@ def verify(
         return None, f"failed verification: {fresh.outcome.value}: {why}"
     if not beats(fresh, min_gain):
         return None, f"gain did not hold on re-run ({fresh.ratio:.2f}x, low {fresh.ratio_low:.2f})"
-    fresh.speedup = fresh.ratio
+    before, after = fresh.paired_times or (1.0, 1.0)
+    fresh.speedup = before / after  # the times every report shows beside it divide to it
     return fresh, ""

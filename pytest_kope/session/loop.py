@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +23,7 @@ from ..judge.outcome import Judged, Outcome
 from ..judge.runner import Judge, Plan
 from ..operator import is_performance_test
 from ..settings import SEED
-from ..spec import parse_spec
+from ..spec import FLAGS, parse_spec
 from ..stopping import Slot, Stop, StopRule, stopped
 from ..toolchains import toolchain_of
 from ..toolchains.base import Toolchain, judging_env
@@ -77,7 +77,8 @@ def plan_for(s: KopeSession, run: OperatorRun) -> tuple[Plan, Toolchain]:
 
 def measure_ceilings(s: KopeSession, tc: Toolchain) -> dict[str, Any] | None:
     """This machine's measured memory and FMA ceilings, for kernels timed on the host CPU."""
-    if not tc.timed_on_host:
+    if not tc.timed_on_host:  # the seam for a device probe: any Ceilings record bounds the timings
+        s.say(f"kope: {tc.name} timings are not bound by physics: no probe measures this device's ceilings")
         return None
     from ..judge.physics import PhysicsProbeFailed, ceilings_for
 
@@ -198,6 +199,12 @@ class OperatorLoop:
             judge.performance(baseline, baseline.candidate)
             if baseline.fault:
                 raise InfrastructureFault(f"timing the committed kernel: {baseline.fault}")
+            if baseline.outcome == Outcome.SUSPECT:  # every candidate at its speed would be suspect too
+                self.say(
+                    f"the committed kernel itself times faster than physics allows: {baseline.reason};"
+                    " check the marker's flops= (never more than every correct kernel must do)",
+                    red=True,
+                )
         else:
             why = self.timer.why_not or "no performance test selected"
             self.say(f"not timing: {why}; nothing will be committed")
@@ -218,7 +225,7 @@ class OperatorLoop:
             op.toolchain,
             op.source.name,
             op.text,
-            op.spec.space,
+            op.searched_space,
             op.spec.kernels,
             tests,
             screen=self.tc.screen,
@@ -241,10 +248,20 @@ class OperatorLoop:
         """The batch judged and counted; judgements lost to the machinery are left out."""
         t0 = time.monotonic()
         min_gain = self.s.settings.min_gain
+        batch = [self._held(c) for c in batch]
         judged = judge_batch(self.judge, batch, p.incumbent, min_gain, self.remember, self.fault)
         if judged:
             p.judged(judged, time.monotonic() - t0)
         return judged
+
+    def _held(self, candidate: Candidate) -> Candidate:
+        """`candidate` with the compiler flags the repo's own build will use, when it builds the kernel
+        itself (`Operator.searched_space`): whatever an agent asked for, the judge measures only what a
+        merge delivers."""
+        held = self.op.searched_space.axes.get(FLAGS)
+        if not self.op.own_build or held is None or candidate.params.get(FLAGS) == held[0]:
+            return candidate
+        return replace(candidate, params={**candidate.params, FLAGS: held[0]})
 
     def _resume(self, p: Progress) -> None:
         """Judge the best known attempt of this operator's line again: the search starts from it.
@@ -290,6 +307,11 @@ class OperatorLoop:
     def _search(self, p: Progress, info: OperatorInfo) -> None:
         """Recall, propose, judge, remember, until the stop rule says stop (and why)."""
         s, agent = self.s, self.s.agent
+        if self.op.own_build and FLAGS in self.op.spec.space.axes:
+            flags = self.op.searched_space.axes[FLAGS][0]
+            self.say(
+                f"compiler flags held at {flags!r}: the repo builds this kernel with {self.op.own_build}"
+            )
         # An LLM's candidate may declare its own knobs: a tuner sweeps them within the same budget.
         sweeper = None
         if not isinstance(agent, Tuner):
@@ -331,8 +353,8 @@ class OperatorLoop:
         per_minute = 60 * p.rule.evaluations / max(1e-9, time.monotonic() - p.started)
         inc = p.incumbent
         self.say(
-            f"{p.rule.evaluations}/{self.s.settings.budget} evaluations, best "
-            f"{inc.speedup:.2f}x ({inc.candidate.short}: {inc.candidate.idea}); "
+            f"{p.rule.evaluations}/{self.s.settings.budget} evaluations, best so far "
+            f"~{inc.speedup:.2f}x (search estimate, before verification) ({inc.candidate.short}: {inc.candidate.idea}); "
             f"phase search, {per_minute:.1f} evaluations/min"
         )
 

@@ -5,7 +5,7 @@ import pytest
 
 from pytest_kope import assert_close
 
-pytestmark = pytest.mark.kope("rowsum", source="rowsum.c", family="rowwise")
+pytestmark = pytest.mark.kope("rowsum", source="rowsum.c", family="rowwise", flops="rows*(cols-1)")
 
 # row counts that are not multiples of 2 or 4 exercise the leftover-row path
 SHAPES = [(1, 1), (1, 16), (3, 7), (4, 33), (17, 31), (2, 1023), (127, 257), (256, 1000), (3, 4099)]

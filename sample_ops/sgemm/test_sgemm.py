@@ -5,7 +5,7 @@ import pytest
 
 from pytest_kope import assert_close
 
-pytestmark = pytest.mark.kope("sgemm", source="sgemm.c", family="gemm")
+pytestmark = pytest.mark.kope("sgemm", source="sgemm.c", family="gemm", flops="2*M*N*K")
 
 # (M, N, K): degenerate, prime, square, and sizes that leave partial tiles and
 # several K slices in every tiling the kernel declares
