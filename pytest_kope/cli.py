@@ -158,9 +158,10 @@ def _show(graph: Any, operator: str) -> int:
     for task in tasks:
         attempts = graph.attempts(task["id"])
         best = graph.best(task["id"])
+        committed = _committed(graph, task["id"])
         print(
             f"{task['operator']} [{task['toolchain']}] on {task['hardware'] or task['hardware_id']}:"
-            f" {len(attempts)} attempts"
+            f" {len(attempts)} attempts (* committed to its kope/ branch, + fastest measured when not the same)"
         )
         by_hash = {a["candidate_hash"]: a for a in attempts}
         children: dict[str | None, list[dict[str, Any]]] = {}
@@ -170,7 +171,8 @@ def _show(graph: Any, operator: str) -> int:
         stack = [(a, 1) for a in reversed(children.get(None, []))]
         while stack:  # iterative depth-first walk: long lineages must not hit the recursion limit
             a, depth = stack.pop()
-            mark = "*" if best and best["candidate_hash"] == a["candidate_hash"] else " "
+            h = a["candidate_hash"]
+            mark = "*" if committed == h else "+" if best and best["candidate_hash"] == h else " "
             print(
                 f"{'  ' * depth}{mark}{a['candidate_hash'][:8]} {a['agent'] or '?'} {a['outcome']}"
                 f" ratio {_fmt(a['ratio'])} speedup {_fmt(a['speedup'], 'x')}"
@@ -178,6 +180,16 @@ def _show(graph: Any, operator: str) -> int:
             )
             stack.extend((c, depth + 1) for c in reversed(children.get(a["candidate_hash"], [])))
     return 0
+
+
+def _committed(graph: Any, task_id: int) -> str | None:
+    """The candidate hash last committed for the task (`Graph.mark_committed`), if any."""
+    last = "a.task_id = ? AND o.kind = 'committed' ORDER BY o.id DESC LIMIT 1"
+    row = graph.one(
+        f"SELECT a.candidate_hash FROM observations o JOIN attempts a ON a.id = o.attempt_id WHERE {last}",
+        (task_id,),
+    )
+    return row["candidate_hash"] if row else None
 
 
 def _lessons(graph: Any, operator: str | None, limit: int) -> None:

@@ -45,6 +45,7 @@ def _check_one(kope: KopeSession, run: OperatorRun) -> dict[str, Any]:
             str(p.relative_to(kope.home)) if p.is_relative_to(kope.home) else str(p) for p in op.includes
         )
         or "-",
+        "built by": _built_by(op),
     }
     try:
         plan, tc = plan_for(kope, run)
@@ -75,3 +76,10 @@ def _check_one(kope: KopeSession, run: OperatorRun) -> dict[str, Any]:
         "fresh inputs": f"{fresh} of {len(plan.correctness)}",
         "committed kernel": verdict,
     }
+
+
+def _built_by(op: Any) -> str:
+    """Who compiles the kernel after a merge, and so which tuning a winner's branch can carry."""
+    if not op.own_build:
+        return "pytest-kope (params and flags searched)"
+    return f"{op.own_build}: params searched, flags held"

@@ -61,7 +61,7 @@ def speedup_png(
             ax.scatter(failed, [1.0] * len(failed), marker="x", c="tab:red", s=22, zorder=3, label="failed")
         ax.step([i for i, _ in steps], [b for _, b in steps], where="post", color="tab:green", label="best")
         ax.set_xlabel("evaluation")
-        ax.set_ylabel("speedup over committed kernel")
+        ax.set_ylabel("speedup over committed kernel (search estimate)")
         ax.set_title(f"{operator}: speedup over evaluations")
         ax.set_xlim(0.5, len(series) + 0.5)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))

@@ -50,7 +50,8 @@ def headline(e: Evidence) -> tuple[float, float, float]:
     def gm(xs: list[float]) -> float:
         return math.exp(sum(math.log(max(x, 1e-12)) for x in xs) / len(xs))
 
-    return gm([t.ratio for t in ts]), gm([t.ratio_low for t in ts]), gm([t.ratio_high for t in ts])
+    before, after = e.winner.paired_times or (1.0, 1.0)
+    return before / after, gm([t.ratio_low for t in ts]), gm([t.ratio_high for t in ts])
 
 
 def title(e: Evidence) -> str:
@@ -65,13 +66,20 @@ def _timing_table(e: Evidence) -> str:
             f"`{t.test.split('::')[-1]}`",
             seconds(t.reference_s),
             seconds(t.candidate_s),
-            f"{t.ratio:.2f}x",
+            f"{t.of_medians:.2f}x",
             f"[{t.ratio_low:.2f}, {t.ratio_high:.2f}]",
             t.rounds,
         )
         for t in e.winner.timings
     ]
-    headers = ["test", "before (committed)", "after (winner)", "paired ratio", "95% bound", "rounds"]
+    headers = [
+        "test",
+        "before (committed)",
+        "after (winner)",
+        "ratio (before / after)",
+        "95% bound",
+        "rounds",
+    ]
     return tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True)
 
 

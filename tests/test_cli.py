@@ -61,8 +61,8 @@ def test_graph_stats_counts_tables_and_outcomes(db, capsys):
 def test_graph_show_prints_the_trajectory_as_a_tree(db, capsys):
     assert main(["graph", "show", "softmax", "--db", str(db)]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0] == "softmax [c] on AMD EPYC 7B13 avx2: 4 attempts"
-    depth = {tuple(line.split()[1:3]): len(line) - len(line.lstrip(" *")) for line in lines[1:]}
+    assert lines[0].startswith("softmax [c] on AMD EPYC 7B13 avx2: 4 attempts (* committed")
+    depth = {tuple(line.split()[1:3]): len(line) - len(line.lstrip(" *+")) for line in lines[1:]}
     assert depth == {
         ("baseline", "ok"): 3,
         ("tuner", "better"): 5,
@@ -70,8 +70,17 @@ def test_graph_show_prints_the_trajectory_as_a_tree(db, capsys):
         ("tuner", "ok"): 5,
     }
     best = next(line for line in lines if "better" in line)
-    assert best.lstrip().startswith("*") and "speedup 1.50x" in best and "ratio 1.50" in best
+    assert best.lstrip().startswith("+") and "speedup 1.50x" in best and "ratio 1.50" in best
     assert "committed kernel" in lines[1]
+    # the kernel a reviewer merges is the one starred, fastest or not
+    with Graph(db) as g:
+        (task,) = g.tasks("softmax")
+        slower = next(a for a in g.attempts(task["id"]) if a["outcome"] == "ok" and a["agent"] == "tuner")
+        g.mark_committed(task["id"], slower["candidate_hash"], "kope/softmax", "abc1234")
+    assert main(["graph", "show", "softmax", "--db", str(db)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert next(line for line in lines if " ok " in line and "tuner" in line).lstrip().startswith("*")
+    assert next(line for line in lines if "better" in line).lstrip().startswith("+")
 
 
 def test_lessons_filter_and_limit(db, capsys):

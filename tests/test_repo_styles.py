@@ -141,7 +141,7 @@ def test_team_style_repo_gets_a_verified_winner(tmp_path):
         "tests/test_saxpy.py::TestSaxpy::test_total",
     }
     body = git(repo, "log", "-1", "--format=%B", "kope/saxpy")
-    assert "(its own fixed inputs)" in body
+    assert "tests/test_saxpy.py: 4 passed (4 with their own fixed inputs)" in body, body
     changed = git(repo, "diff", "--name-only", head, "kope/saxpy").split()
     assert changed == ["kernels/saxpy.c"]  # the header and the companion source stay as they were
     assert git(repo, "status", "--porcelain") == "" and git(repo, "rev-parse", "HEAD").strip() == head
@@ -211,17 +211,15 @@ target_link_libraries(relu m)
 
 RELU_C = """\
 // kope: kernel void relu(const float *x, float *y, long n)
-// kope: param UNROLL = 1 | 8
+// kope: param PASSES = 4 | 1
 // kope: flags -O0 | -O2 -march=native
+// PASSES: the committed kernel writes y that many times over (a tuning knob a merge carries in the
+// source; the repo's CMake passes no flags from a kope branch, so `flags` is held at -O0)
 #include "relu_config.h"
 
 void relu(const float *x, float *y, long n) {
-    long i = 0;
-#if UNROLL > 1
-    for (; i + UNROLL <= n; i += UNROLL)
-        for (int u = 0; u < UNROLL; u++) y[i + u] = x[i + u] > RELU_FLOOR ? x[i + u] : RELU_FLOOR;
-#endif
-    for (; i < n; i++) y[i] = x[i] > RELU_FLOOR ? x[i] : RELU_FLOOR;
+    for (int p = 0; p < PASSES; p++)
+        for (long i = 0; i < n; i++) y[i] = x[i] > RELU_FLOOR ? x[i] : RELU_FLOOR;
 }
 """
 

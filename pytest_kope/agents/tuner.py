@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -92,7 +92,7 @@ class Tuner:
         inc = ctx.incumbent.candidate
         own = parse_spec(inc.source, inc.filename).space
         if own.axes:
-            return inc, own
+            return inc, _held(own, ctx.operator.space)
         return ctx.baseline.candidate, ctx.operator.space
 
     def _start(self, ctx: Context, space: TuningSpace) -> _Search:
@@ -298,3 +298,9 @@ def _observations(
     ys = [y for _, y in rows if y is not None]
     floor = (min(ys) if ys else 0.0) - FAILED_DROP
     return [Observation(p, floor if y is None else y, source, weight) for p, y in rows]
+
+
+def _held(own: TuningSpace, searched: TuningSpace) -> TuningSpace:
+    """`own` with every axis the operator holds to one value (`Operator.searched_space`) held there too."""
+    held = {n: v for n, v in searched.axes.items() if len(v) == 1 and n in own.axes and v[0] in own.axes[n]}
+    return replace(own, axes={**own.axes, **held}) if held else own

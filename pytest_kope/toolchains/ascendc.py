@@ -33,9 +33,10 @@ from typing import Any
 from ..candidate import Candidate
 from ..errors import BuildError, SpecError, ToolchainMissing
 from ..hardware import cpu_fingerprint
-from ..spec import FLAGS, KernelSpec
+from ..spec import FLAGS, KernelSpec, bake_defaults
 from . import devices
 from .base import IN, INOUT, OUT, SCALAR, Availability, Kernel, KernelFunction, Timer, ToolchainBase
+from .cdefines import write_defines
 from .pylaunch import kernel_args, parse_kernel
 from .screening import screen_c_source
 
@@ -289,6 +290,10 @@ class AscendCToolchain(ToolchainBase):
         return Kernel(
             candidate, funcs, build_log="\n".join(log), extra={"device": "npu" if kind == "npu" else "cpu"}
         )
+
+    def bake(self, text: str, params: Mapping[str, Any]) -> str:
+        """The header's defaults and the source's own defines both the winner's (`cdefines`)."""
+        return write_defines(bake_defaults(text, params), params)
 
     def timer(self) -> Timer:
         if self.mode() != "npu":

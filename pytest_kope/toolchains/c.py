@@ -18,10 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from ..candidate import Candidate
-from ..errors import BuildError, ConfigError, LibraryRejected, SpecError
+from ..errors import BuildError, ConfigError, SpecError
 from ..hardware import cpu_fingerprint
-from ..spec import FLAGS, KernelSpec
+from ..spec import FLAGS, KernelSpec, bake_defaults
 from .base import IN, INOUT, OUT, SCALAR, Arg, Availability, Kernel, KernelFunction, Timer, ToolchainBase
+from .cdefines import write_defines
+from .ownbuild import keep_screened, own_build, own_build_key
 from .screening import (  # noqa: F401 - FORBIDDEN_CALLS and strip_c_comments are re-exported
     BINARY_SCREEN_ENV,
     FORBIDDEN_CALLS,
@@ -195,6 +197,10 @@ class CToolchain(ToolchainBase):
             str(src), *companions, "-o", str(out), "-lm",
         ]  # fmt: skip
 
+    def bake(self, text: str, params: Mapping[str, Any]) -> str:
+        """The header's defaults and the source's own defines both the winner's (`cdefines`)."""
+        return write_defines(bake_defaults(text, params), params)
+
     def timer(self) -> Timer:
         return Timer()
 
@@ -301,83 +307,6 @@ def _numpy_caller(
 
     call.__name__ = name
     return call
-
-
-def own_build(
-    candidate: Candidate, spec: KernelSpec, build_dir: Path, screen: Callable[[Path], list[str]]
-) -> tuple[Path, str]:
-    """Build with the repo's own command (CMake, make, setup.py) in a copy of its build root, with the
-    candidate's source in place of the committed one; cached by content like a gcc build.
-
-    The command comes from the repo's marker, never from a candidate. The candidate's flags and
-    defines reach it as `{cflags}` in the command and as CFLAGS/CXXFLAGS in its environment.
-    """
-    command, root, target, library = spec.build or ("", "", "", "")
-    cflags = _cflags(candidate)
-    key = own_build_key(candidate, spec)
-    done = build_dir / key
-    if (done / "kernel.so").exists():
-        return done / "kernel.so", (done / "build.log").read_text()
-    tmp = build_dir / f".{key}.{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tree = tmp / "tree"
-    shutil.copytree(root, tree, ignore=shutil.ignore_patterns(*_NOT_COPIED))
-    (tree / target).write_text(candidate.source)
-    env = {**os.environ, "CFLAGS": cflags, "CXXFLAGS": cflags, "KOPE_CFLAGS": cflags}
-    run = command.replace("{cflags}", shlex.quote(cflags))
-    try:
-        proc = subprocess.run(
-            ["sh", "-c", run], cwd=tree, env=env, capture_output=True, text=True, timeout=600
-        )
-    except subprocess.TimeoutExpired:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise BuildError(
-            candidate.filename, f"the repo's build command timed out after 600 s: {run}"
-        ) from None
-    log = (proc.stdout + proc.stderr).replace(str(tree) + "/", "")
-    built = tree / library
-    if proc.returncode != 0 or not built.is_file():
-        shutil.rmtree(tmp, ignore_errors=True)
-        why = "" if proc.returncode else f"\nit exited 0 but made no {library}; fix library= in the marker"
-        raise BuildError(candidate.filename, f"$ {run}\n{log[-6000:]}{why}")
-    shutil.copy(built, tmp / "kernel.so")
-    (tmp / "build.log").write_text(log)
-    shutil.rmtree(tree, ignore_errors=True)
-    keep_screened(tmp, done, screen, candidate.filename)
-    return done / "kernel.so", log
-
-
-def keep_screened(tmp: Path, target: Path, screen: Callable[[Path], list[str]], filename: str) -> None:
-    """Move a fresh build into the cache once its library passes the screen; refuse it otherwise."""
-    reasons = screen(tmp / "kernel.so")
-    if reasons:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise LibraryRejected(filename, "screening: " + "; ".join(reasons))
-    try:
-        tmp.rename(target)
-    except OSError:  # another process built the same key first: use theirs
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _cflags(candidate: Candidate) -> str:
-    flags = shlex.split(str(candidate.params.get(FLAGS, "-O2")))
-    return " ".join([*flags, *(f"-D{k}={v}" for k, v in sorted(candidate.params.items()) if k != FLAGS)])
-
-
-def own_build_key(candidate: Candidate, spec: KernelSpec) -> str:
-    """The cache key of a build by the repo's own command: the candidate, the command and the tree."""
-    command, root, target, library = spec.build or ("", "", "", "")
-    tree_files = sorted(
-        p for p in Path(root).rglob("*") if p.is_file() and not (set(p.relative_to(root).parts) & _NOT_COPIED)
-    )
-    parts = [candidate.source, command, _cflags(candidate), library, target]
-    digest = hashlib.sha256("\0".join(parts).encode())
-    for f in tree_files[:2000]:
-        digest.update(str(f.relative_to(root)).encode() + b"\0" + f.read_bytes()[: 1 << 20])
-    return "own-" + digest.hexdigest()[:20]
-
-
-_NOT_COPIED = {".git", ".kope", "__pycache__", ".pytest_cache", "build"}
 
 
 HEADER_SUFFIXES = (".h", ".hh", ".hpp", ".hxx", ".inc", ".inl", ".cuh")
