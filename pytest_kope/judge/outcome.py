@@ -69,6 +69,12 @@ class Judged:
     # the loosest norm-wise bound its tests' assert_close calls set, and the largest error they saw
     asserted: tuple[float, float] | None = field(default=None, repr=False)
 
+    def add_time(self, other: Judged) -> None:
+        """Count another child's wall time and phases in this verdict (one candidate, several children)."""
+        self.seconds += other.seconds
+        for phase, seconds in other.phases.items():
+            self.phases[phase] = self.phases.get(phase, 0.0) + seconds
+
     @property
     def ratio(self) -> float | None:
         return _geomean([t.ratio for t in self.timings]) if self.timings else None

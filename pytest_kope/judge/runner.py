@@ -254,9 +254,7 @@ class Judge:
             return judged
         finally:
             self.free_devices.put(device)
-        judged.seconds += timed.seconds
-        for phase, seconds in timed.phases.items():
-            judged.phases[phase] = judged.phases.get(phase, 0.0) + seconds
+        judged.add_time(timed)
         if not timed.outcome.correct and timed.outcome != Outcome.SUSPECT:
             judged.outcome, judged.failures = timed.outcome, timed.failures
             return judged
@@ -311,9 +309,7 @@ class Judge:
 def _joined(first: Judged, then: Judged) -> Judged:
     """One verdict from two correctness children of one candidate: the later child's outcome (the
     earlier passed, else it would not have run), both children's time, tests, notes and findings."""
-    then.seconds += first.seconds
-    for phase, seconds in first.phases.items():
-        then.phases[phase] = then.phases.get(phase, 0.0) + seconds
+    then.add_time(first)
     then.tests_passed = sorted(set(first.tests_passed) & set(then.tests_passed))
     then.notes = first.notes + then.notes
     then.differential = first.differential + then.differential
