@@ -75,6 +75,13 @@ class ReplayRun:
         entry = self.ops[op]
         return bool(entry["verified"]) and entry["best"]["id"] == self.verdict(op, name)["id"]
 
+    def why(self, op: str, name: str) -> str:
+        """Why `<op>/<name>.c` was or was not crowned, whole (pytest cuts a verdict dict short)."""
+        v, entry = self.verdict(op, name), self.ops[op]
+        said = {k: v.get(k) for k in ("outcome", "reason", "failures", "notes", "ratio_low")}
+        crown = {k: entry.get(k) for k in ("verified", "best", "note", "plain_pytest")}
+        return f"{op}/{name}: {said}\n{op}: {crown}\n{self.output[-2500:]}"
+
     def committed_source(self, op: str) -> str | None:
         """The kernel source on `kope/<op>`, or None when no branch was made."""
         branches = git(self.repo, "for-each-ref", "--format=%(refname:short)", f"refs/heads/kope/{op}")

@@ -82,7 +82,7 @@ def test_no_cheat_reaches_a_branch(cheats: ReplayRun) -> None:
 
 @pytest.mark.parametrize("op", sorted(TWINS))
 def test_honest_twin_is_crowned_and_passes_plain_pytest(twins: ReplayRun, op: str, tmp_path: Path) -> None:
-    assert twins.crowned(op, "plain_twin"), twins.verdict(op, "plain_twin")
+    assert twins.crowned(op, "plain_twin"), twins.why(op, "plain_twin")
     entry = twins.ops[op]
     assert entry["plain_pytest"]["passed"] > 0 and not entry["plain_pytest"]["failed"], entry
     source = twins.committed_source(op)

@@ -39,7 +39,7 @@ def test_ftz_left_in_the_pool_by_timed_calls_only_fails_the_timing(run: ReplayRu
 
 def test_its_honest_twin_is_crowned_and_committed(run: ReplayRun) -> None:
     assert run.verdict("gelu", "pool_ftz_twin")["outcome"] == "better"
-    assert run.crowned("gelu", "pool_ftz_twin")
+    assert run.crowned("gelu", "pool_ftz_twin"), run.why("gelu", "pool_ftz_twin")
     committed = run.committed_source("gelu")
     assert committed is not None and "#define TRICK 0" in committed
 

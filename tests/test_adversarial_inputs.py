@@ -47,7 +47,7 @@ def test_an_sgemm_trick_finds_no_input_it_saw_and_no_parked_result(sgemm, name):
 
 def test_the_honest_blocked_sgemm_is_crowned_on_fresh_inputs(sgemm):
     verdict = sgemm.verdict("sgemm", "twin_blocked")
-    assert sgemm.crowned("sgemm", "twin_blocked"), verdict
+    assert sgemm.crowned("sgemm", "twin_blocked"), sgemm.why("sgemm", "twin_blocked")
     assert verdict["outcome"] == "better" and (verdict.get("speedup") or 0) > 1.5, verdict
 
 
@@ -57,5 +57,5 @@ def test_a_scale_keyed_rmsnorm_cache_finds_no_scaled_input(rmsnorm):
 
 def test_the_honest_vectorized_rmsnorm_is_crowned_on_fresh_inputs(rmsnorm):
     verdict = rmsnorm.verdict("rmsnorm", "twin_vectorized")
-    assert rmsnorm.crowned("rmsnorm", "twin_vectorized"), verdict
+    assert rmsnorm.crowned("rmsnorm", "twin_vectorized"), rmsnorm.why("rmsnorm", "twin_vectorized")
     assert verdict["outcome"] == "better", verdict

@@ -92,6 +92,16 @@ def measure_ceilings(s: KopeSession, tc: Toolchain) -> dict[str, Any] | None:
         return None
 
 
+def remeasured_ceilings(s: KopeSession, tc: Toolchain) -> dict[str, Any] | None:
+    """The ceilings measured once more before a `suspect` verdict stands: a probe that ran while the
+    machine was busy (or in its slow memory regime) measures them low, and an honest kernel then seems
+    faster than physics. The probe runs again once a run; later calls get the stored, risen figures."""
+    with s.probing:
+        if not s.ceilings_remeasured:
+            s.ceilings_remeasured, s.ceilings_measured = True, False
+        return measure_ceilings(s, tc)
+
+
 def _nodeid(s: KopeSession, item: pytest.Item) -> str:
     """The item's id as a judging child rooted at the run's home sees it (pytest's when they agree)."""
     if s.home == Path(str(s.config.rootpath)).resolve():
@@ -142,6 +152,7 @@ class OperatorLoop:
         self.started = time.monotonic()
         self.plan, self.tc = plan_for(s, run)
         self.judge = Judge(self.plan, self.tc.screen)
+        self.judge.remeasure = lambda: remeasured_ceilings(s, self.tc)
         self.timer = self.tc.timer()
         self.can_time = self.timer.can_time and bool(self.plan.performance)
         self.hw = self.tc.fingerprint()

@@ -57,6 +57,8 @@ class KopeSession:
         self.operators: OrderedDict[str, OperatorRun] = OrderedDict()
         self.tw: Any = None
         self.ceilings_measured = False  # the physics probe runs again once a run: ceilings only rise
+        self.ceilings_remeasured = False  # and once more before a `suspect` verdict stands
+        self.probing = threading.Lock()  # operators at once: one probe at a time
         self.output = threading.Lock()  # operators at once write whole lines to the terminal
         self.concurrency = Concurrency(self)  # the executor, and operators at once (concurrency.py)
 
