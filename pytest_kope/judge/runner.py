@@ -17,6 +17,7 @@ import queue
 import random
 import shutil
 import tempfile
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -74,9 +75,11 @@ class Judge:
         if plan.timing_slots is None:
             for device in plan.devices or (None,):
                 self.free_devices.put(device)
-        self.recorded: Path | None = None  # the committed kernel's recorded calls (inputs only on disk)
-        self.expected: dict[str, dict[str, Any]] = {}  # its outputs, held here, never on disk
-        self.expected_draws: dict[str, dict[str, Any]] = {}  # its outputs on calls drawn beyond the tests'
+        # the committed kernel's recorded calls: inputs on disk, manifests and outputs held here
+        self.recording: differential.Recording | None = None
+        self.spoiled = False  # a child changed the recording: it is made again before the next child
+        self._stale: list[Path] = []  # recordings replaced while children may still read them
+        self._recording_lock = threading.RLock()  # held while the calls are recorded afresh
         self.committed: Candidate | None = None
         self.launcher = Launcher(plan)
         self.timed_rtol = (DEFAULT_RTOL, "not known before the committed kernel's run")  # (rtol, why)
@@ -113,8 +116,7 @@ class Judge:
                     for t, s in sorted(set(first.failed_runs))
                 ]
         if judged.outcome.correct and (folder / "manifest.json").exists():
-            self.recorded, self.expected = folder, differential.take_expected(folder)
-            self.expected_draws = differential.take_expected(folder / "draws")
+            self.recording = differential.Recording.take(folder)
             notes = folder / "notes.json"
             judged.notes += json.loads(notes.read_text()) if notes.exists() else []
         else:
@@ -131,14 +133,31 @@ class Judge:
         count = max(len(environments.ENVIRONMENTS), self.plan.seeds)
         return [random.SystemRandom().randrange(1 << 31) for _ in range(count)]
 
+    @property
+    def recorded(self) -> Path | None:
+        """The folder of the committed kernel's recorded calls, which candidates replay."""
+        return self.recording.folder if self.recording is not None else None
+
     def _forget(self) -> None:
-        if self.recorded is not None:
-            shutil.rmtree(self.recorded, ignore_errors=True)
-        self.recorded, self.expected, self.expected_draws = None, {}, {}
+        if self.recording is not None:
+            self._stale.append(self.recording.folder)  # a child judged now may still replay from it
+        self.recording, self.spoiled = None, False
+
+    def _recording_for(self, record: Path | None) -> differential.Recording | None:
+        """The recording a child replays; after a child changed it (possible only unjailed), recorded
+        afresh first, while every other child waits for the whole new one."""
+        with self._recording_lock:
+            if self.spoiled and record is None and self.committed is not None:
+                self.spoiled = False
+                self.baseline(self.committed)
+            return self.recording
 
     def close(self) -> None:
         """Forget the recorded calls, stop the fork servers, remove the build cache."""
         self._forget()
+        for folder in self._stale:
+            shutil.rmtree(folder, ignore_errors=True)
+        self._stale.clear()
         self.launcher.close()
 
     def correctness(self, candidates: list[Candidate]) -> list[Judged]:
@@ -295,13 +314,13 @@ class Judge:
         replay: bool = True,
         environment: str = environments.USER,
     ) -> Judged:
-        replay_from = self.recorded if reference is None and record is None and replay else None
+        recording = self._recording_for(record) if reference is None and record is None and replay else None
+        replay_from = recording.folder if recording is not None else None
         compare = None
-        if replay_from is not None:
-            recorded = replay_from
+        if recording is not None:
 
             def compare(events: list[dict[str, Any]], outputs: Path) -> list[str]:
-                return self._compare(events, recorded, outputs)
+                return self._compare(events, recording, outputs)
 
         return self.launcher.judge(
             Request(candidate, tests, seeds, reference, device, record, replay_from, compare, environment)
@@ -311,19 +330,24 @@ class Judge:
     def rtol(self) -> float:
         return self.plan.operator.rtol or DEFAULT_RTOL
 
-    def _compare(self, events: list[dict[str, Any]], replay: Path, outputs: Path) -> list[str]:
+    def _compare(
+        self, events: list[dict[str, Any]], recording: differential.Recording, outputs: Path
+    ) -> list[str]:
         """The differential check's findings, decided here from the candidate's outputs alone."""
+        if recording.changed():
+            self.spoiled = True
+            return [
+                f"the committed kernel's recorded calls in {recording.folder} changed while this child ran"
+                " (they are the judge's: a candidate writes only its own outputs; unjailed, a candidate"
+                " judged at the same time may have done it)"
+            ]
         done = [e for e in events if e["event"] == "replayed"]
         problems = (
             done[-1]["problems"] if done else ["the candidate's child never replayed the recorded calls"]
         )
         if problems:
             return [str(p) for p in problems]
-        return differential.compare(replay, self.expected, outputs, self.rtol) or (
-            differential.compare(replay / "draws", self.expected_draws, outputs / "draws", self.rtol)
-            if self.expected_draws
-            else []
-        )
+        return recording.compare(outputs, self.rtol)
 
 
 def _joined(first: Judged, then: Judged) -> Judged:
