@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import GuardViolation
 from ..flops import count_flops
 from ..toolchains.base import IN, INOUT, OUT, SCALAR, Kernel, KernelFunction, Timer
-from . import fpstate, timing
+from . import procstate, timing
 from .arrays import DEFAULT_RTOL
 from .guards import GuardedFunction, PoisonOutputs
 from .outcome import Timing
@@ -97,10 +97,10 @@ class Bench:
             function(*rotation.sets[0])  # one guarded call first: never time a broken kernel
         else:
             function(*args)  # one guarded call first: a performance test must not time a broken kernel
-        fp = fpstate.current()  # timed calls are unguarded: their FP state is checked once they end
+        state = procstate.Snapshot.take()  # timed calls are unguarded: checked between blocks and after
         if ref is None:
             stats = timing.measure(fn.raw, args, clock, sync, roles=roles)
-            _fp_unchanged(fp, f"kernel {fn.name}()")
+            _unchanged(state, f"kernel {fn.name}()")
             self.session.plain.append(BenchRecord(self.nodeid, fn.name, stats, moved))
             return stats
         gain = self.session.min_gain
@@ -114,9 +114,12 @@ class Bench:
             rtol=self.session.rtol,
             stop=timing.decided(gain) if gain is not None else None,
             rotation=rotation,
+            between=lambda candidate: _unchanged(
+                state, f"kernel {fn.name}()" if candidate else f"the reference kernel's {fn.name}()"
+            ),
         )
         self.session.kernel_s += paired.kernel_s
-        _fp_unchanged(fp, f"kernel {fn.name}() or the reference kernel it was timed with")
+        _unchanged(state, f"kernel {fn.name}() or the reference kernel it was timed with")
         ratio, cand_stats = paired.ratio, paired.candidate
         record = Timing(
             self.nodeid,
@@ -154,8 +157,8 @@ class Bench:
         return caps.check(call, record.candidate_s)
 
 
-def _fp_unchanged(before: fpstate.State | None, who: str) -> None:
-    """Raise when the timed calls left the FP control state changed in any thread (now set back):
-    a kernel could set flush-to-zero in its pool only when unguarded, slowing or speeding the other."""
-    if found := fpstate.changes(before):
+def _unchanged(before: procstate.Snapshot, who: str) -> None:
+    """Raise when timed calls left process-wide state changed (`procstate`; the FP state, in any
+    thread, is set back): a kernel could set it only when unguarded, slowing or speeding the other."""
+    if found := before.changes():
         raise GuardViolation(f"{who}, in timed calls, " + "; ".join(found))

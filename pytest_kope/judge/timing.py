@@ -166,25 +166,32 @@ def measure_paired(
     rtol: float = arrays.DEFAULT_RTOL,
     stop: Stop | None = None,
     rotation: Rotation | None = None,
+    between: Callable[[bool], None] | None = None,
 ) -> Paired:
     """Interleaved rounds in one window (ABBA order), so drift and bandwidth regimes hit both alike.
 
     Each block starts from fresh inputs and poisoned outputs (outside the timed window); both kernels
     see the same inputs within a round, new ones every round. With `stop`, rounds end once it says
     the answer is known (`Budget.looks_after`). `rotation`: the copies of `args` to time on, when the
-    caller made them already.
+    caller made them already. `between(candidate_ran)`, after every block outside the timed windows,
+    may end the timing by raising (a kernel that left process-wide state changed for the other).
     """
+    after = between or (lambda candidate_ran: None)
     rotation = rotation if rotation is not None else Rotation(args, roles)
     calibrating: list[float] = []
     n_ref = calibrate(reference, rotation, clock, sync, budget, lazy=True, spent=calibrating)
     rotation.wipe()  # the candidate calibrates where no result of the reference is left
+    after(False)
     n_cand = calibrate(candidate, rotation, clock, sync, budget, lazy=True, spent=calibrating)
+    after(True)
     ref, cand, spent, r, window = [], [], 0.0, 0, clock()
     one_call = n_ref == n_cand == 1
     rotation.fit(max(n_ref, n_cand))  # every block prepares the copies it uses, right before its calls
 
     def block(fn: Call, start: int, n: int) -> float:
-        return _run(fn, rotation.sets, start, n, clock, sync)
+        took = _run(fn, rotation.sets, start, n, clock, sync)
+        after(fn is candidate)
+        return took
 
     check, audit = _checks(rotation, one_call, reference, candidate, rtol, sync, budget, block)
     # the cap counts the whole window, fresh inputs included: an undecided pair ends at one wall time
