@@ -28,10 +28,11 @@ from ..candidate import Candidate
 from ..errors import InfrastructureFault, SpecError
 from ..operator import Operator, interface_change
 from ..spec import parse_spec
-from . import differential, drawing, environments, sandbox
+from . import drawing, environments, sandbox
 from .arrays import DEFAULT_RTOL, timed_rtol
 from .launch import Launcher, Request
 from .outcome import Judged, Outcome
+from .recording import Recording
 from .verdict import interpret  # noqa: F401 - the verdict's old home
 
 
@@ -76,7 +77,7 @@ class Judge:
             for device in plan.devices or (None,):
                 self.free_devices.put(device)
         # the committed kernel's recorded calls: inputs on disk, manifests and outputs held here
-        self.recording: differential.Recording | None = None
+        self.recording: Recording | None = None
         self.spoiled = False  # a child changed the recording: it is made again before the next child
         self._stale: list[Path] = []  # recordings replaced while children may still read them
         self._recording_lock = threading.RLock()  # held while the calls are recorded afresh
@@ -116,7 +117,7 @@ class Judge:
                     for t, s in sorted(set(first.failed_runs))
                 ]
         if judged.outcome.correct and (folder / "manifest.json").exists():
-            self.recording = differential.Recording.take(folder)
+            self.recording = Recording.take(folder)
             notes = folder / "notes.json"
             judged.notes += json.loads(notes.read_text()) if notes.exists() else []
         else:
@@ -143,7 +144,7 @@ class Judge:
             self._stale.append(self.recording.folder)  # a child judged now may still replay from it
         self.recording, self.spoiled = None, False
 
-    def _recording_for(self, record: Path | None) -> differential.Recording | None:
+    def _recording_for(self, record: Path | None) -> Recording | None:
         """The recording a child replays; after a child changed it (possible only unjailed), recorded
         afresh first, while every other child waits for the whole new one."""
         with self._recording_lock:
@@ -330,9 +331,7 @@ class Judge:
     def rtol(self) -> float:
         return self.plan.operator.rtol or DEFAULT_RTOL
 
-    def _compare(
-        self, events: list[dict[str, Any]], recording: differential.Recording, outputs: Path
-    ) -> list[str]:
+    def _compare(self, events: list[dict[str, Any]], recording: Recording, outputs: Path) -> list[str]:
         """The differential check's findings, decided here from the candidate's outputs alone."""
         if recording.changed():
             self.spoiled = True

@@ -166,31 +166,24 @@ def measure_paired(
     rtol: float = arrays.DEFAULT_RTOL,
     stop: Stop | None = None,
     rotation: Rotation | None = None,
-    between: Callable[[bool], None] | None = None,
+    between: Callable[[bool], None] = lambda candidate_ran: None,
 ) -> Paired:
     """Interleaved rounds in one window (ABBA order), so drift and bandwidth regimes hit both alike.
 
-    Each block starts from fresh inputs and poisoned outputs (outside the timed window); both kernels
-    see the same inputs within a round, new ones every round. With `stop`, rounds end once it says
-    the answer is known (`Budget.looks_after`). `rotation`: the copies of `args` to time on, when the
-    caller made them already. `between(candidate_ran)`, after every block outside the timed windows,
-    may end the timing by raising (a kernel that left process-wide state changed for the other).
+    Blocks start from fresh inputs and poisoned outputs, the same for both kernels in a round. `stop`
+    ends rounds once the answer is known; `rotation`: copies of `args` the caller made; `between`,
+    after each block, may end the timing by raising (a kernel that left process-wide state changed).
     """
-    after = between or (lambda candidate_ran: None)
     rotation = rotation if rotation is not None else Rotation(args, roles)
     calibrating: list[float] = []
-    n_ref = calibrate(reference, rotation, clock, sync, budget, lazy=True, spent=calibrating)
-    rotation.wipe()  # the candidate calibrates where no result of the reference is left
-    after(False)
-    n_cand = calibrate(candidate, rotation, clock, sync, budget, lazy=True, spent=calibrating)
-    after(True)
+    n_ref, n_cand = _calibrate(reference, candidate, rotation, (clock, sync), budget, between, calibrating)
     ref, cand, spent, r, window = [], [], 0.0, 0, clock()
     one_call = n_ref == n_cand == 1
     rotation.fit(max(n_ref, n_cand))  # every block prepares the copies it uses, right before its calls
 
     def block(fn: Call, start: int, n: int) -> float:
         took = _run(fn, rotation.sets, start, n, clock, sync)
-        after(fn is candidate)
+        between(fn is candidate)
         return took
 
     check, audit = _checks(rotation, one_call, reference, candidate, rtol, sync, budget, block)
@@ -222,6 +215,25 @@ def measure_paired(
         sum(calibrating) + spent,
         audit.count if audit else 0,
     )
+
+
+def _calibrate(
+    reference: Call,
+    candidate: Call,
+    rotation: Rotation,
+    clocks: tuple[Callable[[], float], Callable[[], object]],
+    budget: Budget,
+    between: Callable[[bool], None],
+    spent: list[float],
+) -> tuple[int, int]:
+    """Calls a block of each kernel, the reference's first; the candidate's where no result of the
+    reference is left."""
+    n_ref = calibrate(reference, rotation, *clocks, budget, lazy=True, spent=spent)
+    rotation.wipe()
+    between(False)
+    n_cand = calibrate(candidate, rotation, *clocks, budget, lazy=True, spent=spent)
+    between(True)
+    return n_ref, n_cand
 
 
 def _checks(

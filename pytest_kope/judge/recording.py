@@ -1,0 +1,65 @@
+"""The committed kernel's recorded calls as the controller holds them (`differential.py` records
+and replays them). Children replay from the folder; what decides a verdict is read once, before any
+candidate runs, and held here, so a child that rewrites the folder (unjailed, it can) changes nothing
+the controller compares with, and `Recording.changed` sees that it did.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .differential import compare, take_expected
+
+
+@dataclass(frozen=True)
+class Recording:
+    """The committed kernel's recorded calls as the controller holds them. Children replay from
+    `folder`; what decides a verdict (the manifests, the expected outputs) is read once, before any
+    candidate runs, and held here: a child that rewrites the folder (unjailed, it can) changes nothing
+    the controller compares with, and `changed()` sees that it did (`stamp`)."""
+
+    folder: Path
+    manifest: list[dict[str, Any]]
+    expected: dict[str, dict[str, np.ndarray]]
+    drawn_manifest: list[dict[str, Any]]
+    drawn_expected: dict[str, dict[str, np.ndarray]]
+    stamp: tuple[tuple[str, int, int, int], ...]
+
+    @classmethod
+    def take(cls, folder: Path) -> Recording:
+        """Read the folder's manifests and take its expected outputs off the disk."""
+        expected, drawn = take_expected(folder), take_expected(folder / "draws")
+        return cls(folder, _manifest(folder), expected, _manifest(folder / "draws"), drawn, stamp(folder))
+
+    def changed(self) -> bool:
+        """Whether anything in the folder was written, added, removed or replaced since it was taken."""
+        return stamp(self.folder) != self.stamp
+
+    def compare(self, outputs: Path, rtol: float) -> list[str]:
+        """Where a candidate's replayed outputs differ from the committed kernel's, on the tests' calls
+        and then on the drawn ones."""
+        return compare(self.manifest, self.expected, outputs, rtol) or (
+            compare(self.drawn_manifest, self.drawn_expected, outputs / "draws", rtol)
+            if self.drawn_expected
+            else []
+        )
+
+
+def stamp(folder: Path) -> tuple[tuple[str, int, int, int], ...]:
+    """Each file's path, inode, size and change time: a write, rename or chmod sets the change time
+    to the clock's now, which no unprivileged process can set back (utime sets only the others)."""
+    found = []
+    for p in sorted(folder.rglob("*")):
+        st = p.lstat()
+        found.append((p.relative_to(folder).as_posix(), st.st_ino, st.st_size, st.st_ctime_ns))
+    return tuple(found)
+
+
+def _manifest(folder: Path) -> list[dict[str, Any]]:
+    path = folder / "manifest.json"
+    return list(json.loads(path.read_text())) if path.exists() else []
