@@ -1,0 +1,51 @@
+"""What the differential check forgives as rounding: one ulp of the largest input, times the square
+root of how many inputs each output can sum. CI once failed to crown an honest vectorized row sum:
+a drawn call mixed +-2^32 into rows of 8,199 values near 1, and two honest summation orders differed
+by several ulps of 2^32, far beyond one. A kernel that is wrong on ordinary rows is still caught."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pytest_kope.judge import arrays
+from pytest_kope.judge.differential import rounding_floor
+
+ROWS, COLS = 24, 8199
+
+
+def _rows(specials: bool) -> np.ndarray:
+    rng = np.random.default_rng(1)
+    x = (rng.standard_normal((ROWS, COLS)) + 0.5).astype(np.float32)
+    if specials:
+        for r in range(ROWS):
+            x[r, rng.integers(0, COLS, 6)] = np.float32(2.0**32) * np.array([1, -1] * 3, np.float32)
+    return x
+
+
+def _entry(x: np.ndarray) -> dict:
+    return {
+        "input_peak": float(np.abs(x).max()),
+        "inputs": {"0": [list(x.shape), x.dtype.str]},
+        "outputs": {"1": [[x.shape[0]], "<f4"]},
+    }
+
+
+def test_two_honest_summation_orders_differ_only_by_rounding():
+    x = _rows(specials=True)
+    sequential = np.cumsum(x, axis=1, dtype=np.float32)[:, -1]  # the committed kernel's order
+    pairwise = x.sum(axis=1, dtype=np.float32)  # a vectorized candidate's
+    one_ulp = float(np.abs(x).max()) * float(np.finfo(np.float32).eps)
+    assert arrays.mismatch(pairwise, sequential, 0.01, one_ulp)  # what the check forgave before
+    assert arrays.mismatch(pairwise, sequential, 0.01, rounding_floor(_entry(x), np.dtype(np.float32))) == ""
+
+
+def test_a_row_sum_that_drops_each_rows_tail_is_still_wrong():
+    x = _rows(specials=False)
+    want = np.cumsum(x, axis=1, dtype=np.float32)[:, -1]
+    dropped = x[:, : COLS - 7].sum(axis=1, dtype=np.float32)
+    assert arrays.mismatch(dropped, want, 1e-4, rounding_floor(_entry(x), np.dtype(np.float32)))
+
+
+def test_elementwise_calls_keep_one_ulp_of_the_largest_input():
+    entry = {"input_peak": 8.0, "inputs": {"0": [[100], "<f4"]}, "outputs": {"1": [[100], "<f4"]}}
+    assert rounding_floor(entry, np.dtype(np.float32)) == 8.0 * float(np.finfo(np.float32).eps)
