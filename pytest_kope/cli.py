@@ -5,6 +5,8 @@
     kope lessons [--operator X] [--limit N]
     kope export FILE.jsonl           the whole graph as JSON Lines (and the WAL folded into the file)
     kope import FILE.jsonl           merge an export (importing twice adds nothing)
+    kope judge OP FILE [pytest args] judge one candidate file as a run would (judgefile.py)
+    kope doctor [pytest args]        check a repo's operators without optimizing
 
 `--db PATH` (before or after the command) names the graph; default ./.kope/experience.db.
 Errors print one line naming the file and what to do, and exit with status 2.
@@ -55,6 +57,10 @@ def _parser() -> argparse.ArgumentParser:
     doctor.add_argument(
         "pytest_args", nargs=argparse.REMAINDER, help="paths and pytest options, e.g. sample_ops -k softmax"
     )
+    judge = sub.add_parser("judge", help="judge one candidate file exactly as an optimize run would")
+    judge.add_argument("operator", help="the operator (the `kope` marker's name)")
+    judge.add_argument("file", help="the candidate's kernel source")
+    judge.add_argument("pytest_args", nargs=argparse.REMAINDER, help="paths and pytest options")
     return parser
 
 
@@ -66,6 +72,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         import subprocess
 
         return subprocess.call([sys.executable, "-m", "pytest", "--kope-check", *argv[1:]])
+    if argv[:1] == ["judge"] and not {"-h", "--help"} & set(argv[1:2]):
+        from .judgefile import main as judge_file
+
+        return judge_file(argv[1:])
     args = _parser().parse_args(argv)
     db_path: Path = getattr(args, "db", DEFAULT_DB)
     try:

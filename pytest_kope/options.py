@@ -44,6 +44,14 @@ def _search_options(g: Any, parser: pytest.Parser) -> None:
         "whether each committed kernel passes in a judging child, the isolation available",
     )
     _option(g, parser, "kope-budget", "most evaluations per operator (default 24)", type=int)
+    g.addoption(
+        "--kope-operator",
+        dest="kope_operator",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="only this operator (the `kope` marker's name); repeat for more",
+    )
     _option(
         g,
         parser,

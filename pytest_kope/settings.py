@@ -68,6 +68,7 @@ class Settings:
     concurrency: int = 1  # operators optimized at once (scheduler.py)
     ray_repo: str = "ship"  # how Ray workers get the operator repo: ship or shared
     jobs_given: bool = True  # --kope-jobs (or kope_jobs) was set; else an executor may choose
+    operators: tuple[str, ...] = ()  # --kope-operator: only these operators; () for all collected
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> Settings:
@@ -94,6 +95,7 @@ class Settings:
             concurrency=int(setting(config, "kope_concurrency", 1)),
             ray_repo=str(setting(config, "kope_ray_repo", "ship")),
             jobs_given=setting(config, "kope_jobs", None) is not None,
+            operators=tuple(config.getoption("kope_operator", None) or ()),
         )
         if s.budget < 1:
             raise ConfigError(f"--kope-budget must be at least 1, got {s.budget}")

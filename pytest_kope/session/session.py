@@ -89,7 +89,27 @@ class KopeSession:
         self, session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
     ) -> None:
         with border():
+            if self.settings.operators:
+                self._only(config, items)
             self._group(items)
+
+    def _only(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        """--kope-operator: the other operators' tests are deselected (not-kope tests stay: none is
+        judged); a name no collected operator has is an error that lists the ones there are."""
+        found = {op.name for op in map(operator_of, items) if op is not None}
+        if missing := [n for n in self.settings.operators if n not in found]:
+            raise ConfigError(
+                f"--kope-operator {missing[0]}: no such operator collected here"
+                f" (found: {', '.join(sorted(found)) or 'none'}); give the `kope` marker's name"
+            )
+        kept: list[pytest.Item] = []
+        dropped: list[pytest.Item] = []
+        for item in items:
+            op = operator_of(item)
+            (dropped if op is not None and op.name not in self.settings.operators else kept).append(item)
+        if dropped:
+            items[:] = kept
+            config.hook.pytest_deselected(items=dropped)
 
     @pytest.hookimpl(wrapper=True, specname="pytest_collection_modifyitems")
     def pytest_collection_modifyitems_since(

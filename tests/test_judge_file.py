@@ -1,0 +1,61 @@
+"""`kope judge OP FILE`: one candidate file judged exactly as an optimize run judges it, on a copy of
+the sample rowsum operator: real build, real children, real timing; the exit status is the verdict."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SAMPLE = Path(__file__).resolve().parent.parent / "sample_ops"
+TWIN = Path(__file__).resolve().parent / "adversarial" / "round2" / "rowsum" / "plain_twin.c"
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    shutil.copytree(SAMPLE / "rowsum", tmp_path / "ops" / "rowsum")
+    shutil.copytree(SAMPLE / "softmax", tmp_path / "ops" / "softmax")
+    shutil.copy(SAMPLE / "pytest.ini", tmp_path / "ops" / "pytest.ini")
+    return tmp_path / "ops"
+
+
+def kope_judge(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-c", "from pytest_kope.cli import main; raise SystemExit(main())", "judge", *args]
+    return subprocess.run(cmd, cwd=repo, capture_output=True, text=True, timeout=600)
+
+
+def test_an_honest_faster_kernel_is_a_verified_winner_and_exits_0(repo: Path, tmp_path: Path) -> None:
+    shutil.copy(TWIN, tmp_path / "twin.c")
+    shutil.copy(TWIN.with_suffix(".json"), tmp_path / "twin.json")  # its flags, as a run would take them
+    ran = kope_judge(repo, "rowsum", str(tmp_path / "twin.c"))
+    last = ran.stdout.strip().splitlines()[-1]
+    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-2000:]
+    assert last.startswith("kope judge: rowsum ") and ": better: " in last and "verified" in last, last
+    assert "softmax" not in ran.stdout.split("kope: results")[-1]  # --kope-operator: rowsum alone
+    assert (
+        not list((repo / "rowsum").glob("*.orig"))
+        and (repo / "rowsum" / "rowsum.c").read_text() == (SAMPLE / "rowsum" / "rowsum.c").read_text()
+    )
+
+
+def test_a_wrong_kernel_exits_1_with_the_reason(repo: Path, tmp_path: Path) -> None:
+    wrong = TWIN.read_text().replace("y[r] = s;", "y[r] = s + (r == 5);")
+    (tmp_path / "wrong.c").write_text(wrong)
+    ran = kope_judge(repo, "rowsum", str(tmp_path / "wrong.c"))
+    last = ran.stdout.strip().splitlines()[-1]
+    assert ran.returncode == 1, ran.stdout[-3000:] + ran.stderr[-2000:]
+    assert ": incorrect: " in last and "test_rowsum_matches_reference" in last, last
+
+
+def test_bad_input_is_one_line_and_exit_2(repo: Path, tmp_path: Path) -> None:
+    missing = kope_judge(repo, "rowsum", str(tmp_path / "nope.c"))
+    assert missing.returncode == 2 and missing.stderr.count("\n") == 1, missing.stderr
+    assert "nope.c" in missing.stderr and "no such file" in missing.stderr
+    (tmp_path / "k.c").write_text(TWIN.read_text())
+    unknown = kope_judge(repo, "rownope", str(tmp_path / "k.c"))
+    assert unknown.returncode == 2, unknown.stdout[-2000:]
+    assert "--kope-operator rownope: no such operator" in unknown.stdout + unknown.stderr
+    assert "rowsum, softmax" in unknown.stdout + unknown.stderr
