@@ -150,12 +150,6 @@ def _winners(report: dict[str, Any]) -> dict[str, tuple[bool, str, dict[str, str
     }
 
 
-@pytest.mark.xfail(
-    reason="known regression since the round-2 judge (373be95): rowsum candidates judged through Ray end"
-    " incorrect (two correctness environments / drawn calls not yet carried to Ray workers); see the"
-    " session-15 note",
-    strict=False,
-)
 def test_ray_verifies_the_same_winners_as_local(ray_address: str, tmp_path: Path) -> None:
     """Two sample operators at once, the same seed and candidates: the same verdicts, the same
     verified winners, on kope/* branches, whether children run here or as Ray tasks."""
@@ -267,12 +261,6 @@ def _slow(source: str, kernel: str) -> str:
     return head + f"void {kernel}(" + body.replace("{\n", "{\n" + spin, 1)
 
 
-@pytest.mark.xfail(
-    reason="known regression since the round-2 judge (373be95): rowsum candidates judged through Ray end"
-    " incorrect (two correctness environments / drawn calls not yet carried to Ray workers); see the"
-    " session-15 note",
-    strict=False,
-)
 def test_a_killed_worker_is_judged_again_and_twice_is_an_infrastructure_fault(
     ray_address: str, tmp_path: Path
 ) -> None:
