@@ -60,7 +60,12 @@ def test_readme_quick_start_has_the_main_job_and_ci_runs_the_readme_test_command
     assert "pytest sample_ops --kope-optimize --kope-agent tuner" in README
     command = "pip install torch==2.13.0 && pip install -e '.[test,triton,ray]' && python -m pytest"
     assert command in README
-    assert command in (ROOT / ".ci" / "run").read_text()
+    # CI runs each step on a line of its own, in order: under `set -e` a failure inside `a && b` would
+    # not stop the script, and CI's result would come from the steps after it
+    lines = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+    steps = [lines.index(step) for step in command.split(" && ")]
+    assert steps == sorted(steps), steps
+    assert "set -euo pipefail" in lines
 
 
 def test_a_conftest_can_override_every_hook(pytester: pytest.Pytester) -> None:
