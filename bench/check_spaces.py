@@ -10,10 +10,11 @@ set's `-march=native`), so a vector width that assumes AVX-512 shows up as a wro
 crash there.
 
 Prints one line per operator and target (points, passed, seconds) and every failing point with its
-first failure; exits 1 if any point failed.
+first failure, writes them as JSON; exits 1 if any point failed. `--max-points` checks a deterministic
+subset (the default point first) instead of every point.
 
     python bench/check_spaces.py                              # bench/unseen_ops, both targets
-    python bench/check_spaces.py --repo sample_ops --ops rowsum --target ""
+    python bench/check_spaces.py --repo sample_ops --ops rowsum --target "" --max-points 2
 """
 
 from __future__ import annotations
@@ -22,15 +23,18 @@ import argparse
 import contextlib
 import dataclasses
 import io
+import json
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.overhead import plans  # noqa: E402
+from bench.tables import chosen_points  # noqa: E402
 from pytest_kope.candidate import Candidate  # noqa: E402
 from pytest_kope.judge.runner import Judge, Plan  # noqa: E402
 from pytest_kope.toolchains.base import judging_env  # noqa: E402
@@ -39,15 +43,15 @@ from pytest_kope.toolchains.c import CToolchain  # noqa: E402
 TARGETS = ["", "-march=haswell"]
 
 
-def check(plan: Plan, target: str) -> tuple[int, list[tuple[dict, str]], float]:
+def check(plan: Plan, target: str, max_points: int) -> tuple[int, list[tuple[dict[str, Any], str]], float]:
     """(points judged, failing points with their first failure, seconds) for one operator and target."""
     tc = CToolchain(target_flags=target or None)
     plan = dataclasses.replace(plan, toolchain_env=judging_env(tc), fork_server=True, sequential=True)
     op = plan.operator
-    points = list(op.spec.space.points())
+    points = chosen_points(op.spec.space, max_points)
     judge = Judge(plan, tc.screen)
     started = time.monotonic()
-    failed: list[tuple[dict, str]] = []
+    failed: list[tuple[dict[str, Any], str]] = []
     try:
         base = judge.baseline(op.baseline())
         if not base.outcome.correct:
@@ -76,16 +80,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--target", action="append", help='target flags, repeatable (default: "" and "-march=haswell")'
     )
+    parser.add_argument("--max-points", type=int, default=1 << 30, help="a deterministic subset beyond this")
+    parser.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "check_spaces.json")
     args = parser.parse_args(argv)
     targets = args.target if args.target is not None else TARGETS
     total = bad = 0
+    rows: list[dict[str, Any]] = []
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="kope-check-spaces-"):
         with contextlib.redirect_stdout(io.StringIO()):  # the collection's list of tests
             found = plans(args.repo.resolve(), [n for n in args.ops.split(",") if n])
         for plan in found:
             for target in targets:
-                n, failed, seconds = check(plan, target)
+                n, failed, seconds = check(plan, target, args.max_points)
+                rows.append(
+                    {
+                        "operator": plan.operator.name,
+                        "target": target,
+                        "points": n,
+                        "failed": [{"params": p, "failure": why} for p, why in failed],
+                        "seconds": seconds,
+                    }
+                )
                 total, bad = total + n, bad + len(failed)
                 label = target or "flag sets as declared"
                 print(
@@ -98,6 +114,9 @@ def main(argv: list[str] | None = None) -> int:
         f"{len(found)} operators, {len(targets)} targets: {total} points checked, {total - bad} passed, "
         f"{bad} failed, {time.monotonic() - started:.0f} s"
     )
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps({"repo": str(args.repo), "checked": rows}, indent=1, default=str))
+    print(f"wrote {args.json}")
     return 1 if bad else 0
 
 

@@ -6,12 +6,17 @@
 
 Cold and warm run each operator on its own, so that no run learns from another evaluated operator.
 
-For each operator it prints each run's verified best and the evaluation that found it, warm's winner
-against cold's head to head, and at which evaluation each run first held a point at cold's winner's
-level (within 5% or within noise, paired in one child; the goal: warm in at most half of cold's).
-Writes JSON.
+All three are repeated for each of `--seeds` seeds (`--kope-seed`, the tuner's draws): a seed is one
+replicate, with its own fill. Which arm runs first alternates with the seed and the operator, so
+neither always meets a fresh (or a tired) machine first.
 
-    python bench/cold_warm.py [--budget 16] [--out bench/results/cold_warm.json]
+For each operator it prints, as the median over the seeds with the range: each run's verified best,
+warm's winner against cold's head to head (paired in one child), and at which evaluation each run
+first kept a point at cold's winner's level (its head-to-head median ratio at least 0.95; the goal:
+warm in at most half of cold's evaluations). Warm "reached" cold's level on an operator when the
+median over the seeds of the head-to-head ratio is at least 0.95. Writes JSON, every seed's run in it.
+
+    python bench/cold_warm.py [--budget 16] [--seeds 4] [--out bench/results/cold_warm.json]
 
 By default it fills from half of the sample operators (softmax, layernorm, gelu, transpose) and
 evaluates the other half (rmsnorm, rowsum, swiglu, sgemm). `--fill-repo`/`--fill` and `--repo`/`--eval`
@@ -35,17 +40,19 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from tabulate import tabulate
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 SAMPLE_OPS = ROOT / "sample_ops"
 FILL = ["softmax", "layernorm", "gelu", "transpose"]
 EVAL = ["rmsnorm", "rowsum", "swiglu", "sgemm"]
 REACHED = 0.95  # within 5% of the cold best counts as reaching it: paired timing noise is of that order
 
 
-def optimize(repo: Path, ops: list[str], db: Path, budget: int, label: str) -> dict:
+def optimize(repo: Path, ops: list[str], db: Path, budget: int, label: str, seed: int) -> dict[str, Any]:
     report = repo / f"{label}.json"
     cmd = [
         sys.executable,
@@ -59,6 +66,8 @@ def optimize(repo: Path, ops: list[str], db: Path, budget: int, label: str) -> d
         "--kope-budget",
         str(budget),
         "--kope-no-commit",
+        "--kope-seed",
+        str(seed),
         "--kope-db",
         str(db),
         "--kope-report",
@@ -71,7 +80,7 @@ def optimize(repo: Path, ops: list[str], db: Path, budget: int, label: str) -> d
         sys.exit(
             f"{label} run wrote no report (exit {proc.returncode}):\n{proc.stdout[-3000:]}{proc.stderr[-2000:]}"
         )
-    data = json.loads(report.read_text())
+    data: dict[str, Any] = json.loads(report.read_text())
     data["wall_s"] = time.monotonic() - start
     return data
 
@@ -103,12 +112,17 @@ def chosen(repo: Path, arg: str, what: str) -> list[str]:
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--budget", type=int, default=16)
+    parser.add_argument("--seeds", type=int, default=4, help="replicates: fill, cold and warm with each seed")
+    parser.add_argument("--first-seed", type=int, default=1)
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "cold_warm.json"))
     parser.add_argument("--fill-repo", default=str(SAMPLE_OPS), help="the repo the graph is filled from")
     parser.add_argument("--fill", default=",".join(FILL), help="operators that fill the graph, or all")
     parser.add_argument("--repo", default=str(SAMPLE_OPS), help="the repo of the evaluated operators")
     parser.add_argument("--eval", default=",".join(EVAL), help="operators evaluated cold and warm, or all")
     args = parser.parse_args(argv)
+    if args.seeds < 1 or args.budget < 1:
+        sys.exit("--seeds and --budget must be at least 1")
+    args.seed_list = list(range(args.first_seed, args.first_seed + args.seeds))
     args.fill_repo, args.repo = repo_path(args.fill_repo), repo_path(args.repo)
     args.fill, args.eval = chosen(args.fill_repo, args.fill, "fill"), chosen(args.repo, args.eval, "eval")
     if not args.fill or not args.eval:
@@ -132,27 +146,40 @@ def copies(work: Path, args: argparse.Namespace) -> tuple[Path, Path]:
     return fill_repo, repo
 
 
-def evaluate(repo: Path, ops: list[str], filled: Path, work: Path, budget: int) -> tuple[dict, dict]:
+def arm_order(seed: int, index: int) -> list[str]:
+    """Which arm runs first: alternating with the seed and with the operator's place, so that over
+    the seeds each arm goes first on half of each operator's runs."""
+    return ["cold", "warm"] if (seed + index) % 2 == 0 else ["warm", "cold"]
+
+
+def evaluate(
+    repo: Path, ops: list[str], filled: Path, work: Path, budget: int, seed: int
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """Each operator alone, so neither run learns from the other evaluated operators during the run:
-    cold from an empty graph, warm from a fresh copy of the filled one."""
-    cold_runs, warm_runs = [], []
-    for op in ops:
-        cold_runs.append(optimize(repo, [op], work / f"cold-{op}.db", budget, f"cold-{op}"))
-        shutil.copy(filled, work / f"warm-{op}.db")
-        warm_runs.append(optimize(repo, [op], work / f"warm-{op}.db", budget, f"warm-{op}"))
-    cold = {
-        "operators": [r["operators"][0] for r in cold_runs],
-        "wall_s": sum(r["wall_s"] for r in cold_runs),
-        "hardware_name": cold_runs[0].get("hardware_name"),
-    }
-    warm = {
-        "operators": [r["operators"][0] for r in warm_runs],
-        "wall_s": sum(r["wall_s"] for r in warm_runs),
-    }
+    cold from an empty graph, warm from a fresh copy of the filled one. Which arm runs first
+    alternates with the seed and the operator, so neither always meets the machine first."""
+    runs: dict[str, list[dict[str, Any]]] = {"cold": [], "warm": []}
+    for i, op in enumerate(ops):
+        shutil.copy(filled, work / f"warm-{op}-{seed}.db")
+        arms = arm_order(seed, i)
+        for arm in arms:
+            runs[arm].append(
+                optimize(repo, [op], work / f"{arm}-{op}-{seed}.db", budget, f"{arm}-{op}-{seed}", seed)
+            )
+        runs["cold"][-1]["first"] = arms[0]
+    cold, warm = (
+        {
+            "operators": [r["operators"][0] for r in runs[arm]],
+            "wall_s": sum(r["wall_s"] for r in runs[arm]),
+            "hardware_name": runs[arm][0].get("hardware_name"),
+            "first": [r.get("first") for r in runs["cold"]],
+        }
+        for arm in ("cold", "warm")
+    )
     return cold, warm
 
 
-def tried(op: dict) -> list[dict]:
+def tried(op: dict[str, Any]) -> list[dict[str, Any]]:
     """An operator's candidates in evaluation order: idea, point, outcome, in-loop speedup."""
     return [
         {"idea": c["idea"], "params": c["params"], "outcome": c["outcome"], "speedup": c.get("speedup")}
@@ -160,21 +187,22 @@ def tried(op: dict) -> list[dict]:
     ]
 
 
-def duel(repo: Path, op: str, first: dict, second: dict) -> dict:
+def duel(repo: Path, op: str, first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]:
     """Point `second` against `first`, paired in one child (`head_to_head.py`): > 1, `second` is faster."""
-    from head_to_head import head_to_head
+    from bench.head_to_head import head_to_head
 
     if first == second:
         return {"ratio": 1.0, "low": 1.0, "high": 1.0, "same_point": True}
     return head_to_head(repo, op, first, second)
 
 
-def level(h2h: dict) -> bool:
-    """Head to head, the second point is within 5% of the first or better, or within noise of it."""
-    return "ratio" in h2h and (h2h["ratio"] >= REACHED or h2h["high"] >= 1.0)
+def level(h2h: dict[str, Any]) -> bool:
+    """Head to head, the second point's median ratio is within 5% of the first or better (an
+    interval's upper end above 1 says only that the test could not tell, not that it is as good)."""
+    return "ratio" in h2h and h2h["ratio"] >= REACHED
 
 
-def evals_to_level(repo: Path, op: str, target: dict, tried: list[dict]) -> int | None:
+def evals_to_level(repo: Path, op: str, target: dict[str, Any], tried: list[dict[str, Any]]) -> int | None:
     """The evaluation at which a search first held an incumbent at `target`'s level: the first point it
     kept (outcome better) that is `target` or matches it head to head.
 
@@ -190,79 +218,124 @@ def evals_to_level(repo: Path, op: str, target: dict, tried: list[dict]) -> int 
     return None
 
 
-def compare(cold: dict, warm: dict, repo: Path) -> tuple[list[dict], list[tuple]]:
-    """Per operator: the JSON result and the table row."""
-    rows, results = [], []
-    for c, w in zip(cold["operators"], warm["operators"]):
+def compare(cold: dict[str, Any], warm: dict[str, Any], repo: Path, seed: int) -> list[dict[str, Any]]:
+    """Per operator, one seed's result: both runs' figures, warm's winner head to head with cold's."""
+    results = []
+    for c, w, first in zip(cold["operators"], warm["operators"], cold["first"]):
         target = (c.get("best") or {}).get("params") or {}
         h2h = duel(repo, c["name"], target, (w.get("best") or {}).get("params") or {})
         cold_to, warm_to = (evals_to_level(repo, c["name"], target, tried(r)) for r in (c, w))
-        share = warm_to / cold_to if warm_to and cold_to else None
         results.append(
             {
                 "operator": c["name"],
+                "seed": seed,
+                "first": first,
                 "cold_speedup": c.get("speedup"),
                 "warm_speedup": w.get("speedup"),
                 "cold_evals_to_best": c.get("evaluations_to_best"),
                 "warm_evals_to_best": w.get("evaluations_to_best"),
                 "head_to_head": h2h,
-                "warm_level": level(h2h),  # warm's winner within noise of cold's or better
+                "warm_level": level(h2h),  # warm's winner's median ratio within 5% of cold's or better
                 "cold_evals_to_cold_level": cold_to,
                 "warm_evals_to_cold_level": warm_to,
-                "warm_over_cold": share,
+                "warm_over_cold": warm_to / cold_to if warm_to and cold_to else None,
                 # what each search tried, in order: the evidence behind the figures above
                 "cold_tried": tried(c),
                 "warm_tried": tried(w),
             }
         )
-        rows.append(
-            (
-                c["name"],
-                f"{c.get('speedup') or 0:.2f}x ({c.get('evaluations_to_best')})",
-                f"{w.get('speedup') or 0:.2f}x ({w.get('evaluations_to_best')})",
-                f"{h2h['ratio']:.2f}x [{h2h['low']:.2f}, {h2h['high']:.2f}]"
-                if "ratio" in h2h
-                else h2h["error"][:40],
-                cold_to,
-                warm_to if warm_to is not None else "never",
-                f"{share:.2f}" if share else "-",
-            )
+    return results
+
+
+def spread(values: list[float | None], fmt: str = "{:.2f}") -> str:
+    """Median [min-max] of the values present, with how many are missing: the seeds' spread."""
+    present = sorted(v for v in values if v is not None)
+    if not present:
+        return "-"
+    text = fmt.format(statistics.median(present))
+    if len(present) > 1:
+        text += f" [{fmt.format(present[0])}-{fmt.format(present[-1])}]"
+    missing = len(values) - len(present)
+    return text + (f" ({missing} never)" if missing else "")
+
+
+def per_operator(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each operator over the seeds: medians, ranges, and whether warm reached cold's level, decided
+    by the median over the seeds of the head-to-head ratio."""
+    summary = []
+    for op in dict.fromkeys(r["operator"] for r in results):
+        mine = [r for r in results if r["operator"] == op]
+        ratios = [r["head_to_head"]["ratio"] for r in mine if "ratio" in r["head_to_head"]]
+        shares = [r["warm_over_cold"] for r in mine if r["warm_over_cold"]]
+        summary.append(
+            {
+                "operator": op,
+                "seeds": len(mine),
+                "head_to_head_median": statistics.median(ratios) if ratios else None,
+                "head_to_head_range": [min(ratios), max(ratios)] if ratios else None,
+                "warm_level": bool(ratios) and statistics.median(ratios) >= REACHED,
+                "warm_over_cold_median": statistics.median(shares) if shares else None,
+                "warm_never": sum(r["warm_evals_to_cold_level"] is None for r in mine),
+            }
         )
-    return results, rows
+    return summary
+
+
+def rows_of(results: list[dict[str, Any]], summary: list[dict[str, Any]]) -> list[list[Any]]:
+    rows = []
+    for s in summary:
+        mine = [r for r in results if r["operator"] == s["operator"]]
+        rows.append(
+            [
+                s["operator"],
+                spread([r["cold_speedup"] for r in mine]),
+                spread([r["warm_speedup"] for r in mine]),
+                spread([r["head_to_head"].get("ratio") for r in mine]),
+                "yes" if s["warm_level"] else "no",
+                spread([r["cold_evals_to_cold_level"] for r in mine], "{:g}"),
+                spread([r["warm_evals_to_cold_level"] for r in mine], "{:g}"),
+                spread([r["warm_over_cold"] for r in mine]),
+            ]
+        )
+    return rows
 
 
 def show(
-    args: argparse.Namespace, fill: dict, cold: dict, warm: dict, results: list[dict], rows: list
-) -> None:
+    args: argparse.Namespace, walls: dict[str, float], results: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
     headers = [
         "operator",
-        "cold best (evals)",
-        "warm best (evals)",
+        "cold best",
+        "warm best",
         "warm vs cold winner, head to head",
+        "warm at cold's level",
         "cold evals to its level",
         "warm evals to cold's level",
         "warm/cold",
     ]
     where = "" if args.fill_repo == args.repo == SAMPLE_OPS.resolve() else f" of {label(args.fill_repo)}"
     print(
-        f"budget {args.budget} evaluations per operator; filled from {', '.join(args.fill)}{where} "
-        f"({fill['wall_s']:.0f} s); cold {cold['wall_s']:.0f} s, warm {warm['wall_s']:.0f} s"
+        f"budget {args.budget} evaluations per operator; {len(args.seed_list)} seeds "
+        f"({', '.join(map(str, args.seed_list))}), each its own fill, cold and warm runs (--kope-seed), "
+        f"cold first on half of the runs; filled from {', '.join(args.fill)}{where} ({walls['fill']:.0f} s); "
+        f"cold {walls['cold']:.0f} s, warm {walls['warm']:.0f} s"
     )
     if args.repo != args.fill_repo:
         print(f"evaluated: {', '.join(args.eval)} of {label(args.repo)}")
-    print(tabulate(rows, headers=headers))
-    shares = [r["warm_over_cold"] for r in results if r["warm_over_cold"]]
-    missed = sum(r["warm_evals_to_cold_level"] is None for r in results)
-    at_level = sum(r["warm_level"] for r in results)
+    summary = per_operator(results)
+    print("median over the seeds [min-max]; head to head: warm's winner over cold's, > 1 is warm faster")
+    print(tabulate(rows_of(results, summary), headers=headers))
+    shares = [s["warm_over_cold_median"] for s in summary if s["warm_over_cold_median"]]
+    at_level = sum(s["warm_level"] for s in summary)
     print(
-        f"warm's winner within noise of cold's or better on {at_level} of {len(results)}; "
-        f"warm never held cold's level on {missed}"
+        f"warm's winner at cold's level (median head-to-head ratio >= {REACHED}) on {at_level} of {len(summary)}"
         + (
-            f"; median warm/cold evaluations to cold's level {statistics.median(shares):.2f} (goal <= 0.5)"
+            f"; median over operators of warm/cold evaluations to cold's level {statistics.median(shares):.2f} (goal <= 0.5)"
             if shares
             else ""
         )
     )
+    return summary
 
 
 def label(repo: Path) -> str:
@@ -274,25 +347,35 @@ def main(argv: list[str] | None = None) -> None:
     args = parse(argv)
     work = Path(tempfile.mkdtemp(prefix="kope-coldwarm-"))
     fill_repo, repo = copies(work, args)
-    filled = work / "filled.db"
-
-    fill = optimize(fill_repo, args.fill, filled, args.budget, "fill")
-    cold, warm = evaluate(repo, args.eval, filled, work, args.budget)
-    results, rows = compare(cold, warm, repo)
-    show(args, fill, cold, warm, results, rows)
+    results: list[dict[str, Any]] = []
+    walls = {"fill": 0.0, "cold": 0.0, "warm": 0.0}
+    hardware = None
+    for seed in args.seed_list:
+        filled = work / f"filled-{seed}.db"
+        fill = optimize(fill_repo, args.fill, filled, args.budget, f"fill-{seed}", seed)
+        cold, warm = evaluate(repo, args.eval, filled, work, args.budget, seed)
+        results += compare(cold, warm, repo, seed)
+        walls["fill"] += fill["wall_s"]
+        walls["cold"] += cold["wall_s"]
+        walls["warm"] += warm["wall_s"]
+        hardware = hardware or cold.get("hardware_name")
+    summary = show(args, walls, results)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(
         json.dumps(
             {
                 "budget": args.budget,
+                "seeds": args.seed_list,
                 "fill_repo": label(args.fill_repo),
                 "fill": args.fill,
                 "repo": label(args.repo),
                 "eval": args.eval,
+                "reached": f"median head-to-head ratio over the seeds >= {REACHED}",
+                "summary": summary,
                 "results": results,
-                "hardware": cold.get("hardware_name"),
-                "wall_s": {"fill": fill["wall_s"], "cold": cold["wall_s"], "warm": warm["wall_s"]},
+                "hardware": hardware,
+                "wall_s": walls,
             },
             indent=1,
         )

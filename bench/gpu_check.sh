@@ -2,23 +2,25 @@
 # GPU check of the Triton toolchain on an NVIDIA machine (torch + triton preinstalled; installs nothing).
 #
 #   bash bench/gpu_check.sh   # at most ~7.5 min: tests <= 120 s, optimize <= 330 s (KOPE_GPU_TEST_S, KOPE_GPU_OPTIMIZE_S)
+#   KOPE_GPU_BUDGET=1 KOPE_GPU_OUT=/tmp/x bash bench/gpu_check.sh   # the smallest run, JSON elsewhere
 #
 # 1. runs sample_ops_triton's tests on the GPU (correctness + kope_bench timings),
 # 2. runs a short `pytest --kope-optimize --kope-agent tuner --kope-budget 8 --kope-no-commit` on a
 #    throw-away git copy of sample_ops_triton,
 # 3. prints a table per operator (tests passed/failed, test seconds, baseline/best kernel time, speedup)
-#    and writes it as JSON to bench/results/gpu_check.json.
+#    and writes it as JSON to bench/results/gpu_check.json (or to the folder KOPE_GPU_OUT names).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(dirname "$here")"
-out="$repo/bench/results"
+out="${KOPE_GPU_OUT:-$repo/bench/results}"  # where gpu_check.json goes
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$out"
 py="${PYTHON:-python3}"
 test_budget_s="${KOPE_GPU_TEST_S:-120}"
 optimize_budget_s="${KOPE_GPU_OPTIMIZE_S:-330}"
+budget="${KOPE_GPU_BUDGET:-8}"  # evaluations per operator (1: the smallest run)
 
 KOPE_GPU_CHECK_ALLOW_CPU="${KOPE_GPU_CHECK_ALLOW_CPU:-0}" "$py" - <<'PY'
 import os
@@ -55,9 +57,9 @@ set +e
 (cd "$work/ops" && timeout "$test_budget_s" "$py" -m pytest "${plugin[@]}" -q -p no:cacheprovider \
   --junitxml="$work/tests.xml")
 tests_rc=$?
-echo "== optimize (tuner, budget 8, limit ${optimize_budget_s}s)"
+echo "== optimize (tuner, budget ${budget}, limit ${optimize_budget_s}s)"
 (cd "$work/ops" && timeout "$optimize_budget_s" "$py" -m pytest "${plugin[@]}" -q -p no:cacheprovider \
-  --kope-optimize --kope-agent tuner --kope-budget 8 --kope-no-commit --kope-report "$work/kope.json")
+  --kope-optimize --kope-agent tuner --kope-budget "$budget" --kope-no-commit --kope-report "$work/kope.json")
 optimize_rc=$?
 set -e
 

@@ -5,7 +5,7 @@ between runs they moved by up to 45% for the same point here (matvec: a memory-b
 compute-bound committed kernel). Comparing two runs' winners directly, paired and interleaved in one
 child, with the judge's own timing, is the comparison that noise leaves standing.
 
-    from head_to_head import head_to_head
+    from bench.head_to_head import head_to_head
     head_to_head(repo, "matvec", cold_params, warm_params)  # {"ratio": ..., "low": ..., "high": ...}
 """
 
@@ -19,17 +19,17 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
 
-from overhead import plans  # noqa: E402
-
+from bench.overhead import plans  # noqa: E402
 from pytest_kope.candidate import Candidate  # noqa: E402
 from pytest_kope.judge.outcome import Judged  # noqa: E402
 from pytest_kope.judge.runner import Judge  # noqa: E402
 from pytest_kope.toolchains.c import CToolchain  # noqa: E402
 
 
-def head_to_head(repo: Path, op: str, first: dict[str, Any], second: dict[str, Any], rounds: int = 3) -> dict:
+def head_to_head(
+    repo: Path, op: str, first: dict[str, Any], second: dict[str, Any], rounds: int = 3
+) -> dict[str, Any]:
     """`rounds` paired timings of `second` against `first` (ratio > 1: `second` is faster): the median
     ratio, the lowest low and the highest high of the rounds' 95% bounds."""
     (plan,) = plans(repo.resolve(), [op])

@@ -29,6 +29,7 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from tabulate import tabulate
 
@@ -96,7 +97,7 @@ def integrity(db: Path) -> str:
         return "no db yet"
     con = sqlite3.connect(db)
     try:
-        return con.execute("PRAGMA integrity_check").fetchone()[0]
+        return str(con.execute("PRAGMA integrity_check").fetchone()[0])
     finally:
         con.close()
 
@@ -106,7 +107,7 @@ def attempts(db: Path) -> int:
         return 0
     con = sqlite3.connect(db)
     try:
-        return con.execute("SELECT count(*) FROM attempts").fetchone()[0]
+        return int(con.execute("SELECT count(*) FROM attempts").fetchone()[0])
     except sqlite3.Error:
         return 0
     finally:
@@ -154,7 +155,8 @@ def main() -> int:
     db = repo / ".kope" / "experience.db"
     env = {k: v for k, v in os.environ.items() if k not in ("ANTHROPIC_API_KEY", "PYTEST_ADDOPTS")}
     cgroups_before = kope_cgroups()
-    rows, stale = [], []
+    rows: list[dict[str, Any]] = []
+    stale: list[str] = []
     ok = True
     for i in range(1, args.iterations + 1):
         at = round(rnd.uniform(args.min_kill, args.max_kill), 2)

@@ -7,6 +7,7 @@ A/A false-win rate of the timing decision.
 
     python bench/overhead.py                      # all 8 sample operators, 6 attempts each per judge
     python bench/overhead.py --ops softmax,sgemm --attempts 4 --aa 0   # JSON: bench/results/overhead.json
+    python bench/overhead.py --modes after --attempts 1 --aa 1 --ops rowsum   # the smallest run
 
 Per attempt (one candidate: correctness, then, if correct, timing against the best so far, with a
 second look for an undecided gain, as the optimize loop does) the
@@ -20,9 +21,11 @@ timed calls count as build and kernel) and bookkeeping (graph writes and lesson 
 Overhead is all of it but build and kernel (the issue's measure); harness is overhead less the
 operator's own test code, which the judge runs but cannot make faster.
 
-A/A: the committed kernel against a copy of itself (same code, another candidate), timed by the
-judge as a candidate is, with the session's rule (`session.decide.time_and_decide`): a false win is a
-verdict `better` (bound above 1, median above 1.05), after the second look an undecided gain gets.
+A/A (`false_wins.py`): the committed kernel against a copy of itself (same code, another candidate),
+timed by the judge as a candidate is, with the session's rule (`session.decide.time_and_decide`): a
+false win is a verdict `better` (bound above 1, median above 1.05), after the second look an undecided
+gain gets. `--aa` independent pairs in all (each its own judge, fork servers, inputs and twin build,
+the operators in turn), the rate given with its exact Clopper-Pearson 95% interval.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tabulate import tabulate
@@ -42,10 +46,12 @@ from tabulate import tabulate
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench import false_wins  # noqa: E402
 from pytest_kope.candidate import Candidate  # noqa: E402
 from pytest_kope.judge import sandbox  # noqa: E402
 from pytest_kope.judge.outcome import Judged  # noqa: E402
 from pytest_kope.judge.runner import Judge, Plan  # noqa: E402
+from pytest_kope.memory.graph import Graph  # noqa: E402
 from pytest_kope.operator import is_performance_test, operator_of  # noqa: E402
 from pytest_kope.session.decide import time_and_decide  # noqa: E402
 from pytest_kope.toolchains.base import judging_env  # noqa: E402
@@ -92,6 +98,7 @@ def plans(repo: Path, names: list[str] | None) -> list[Plan]:
     out = []
     for items in by_op.values():
         op = operator_of(items[0])
+        assert op is not None  # every item in by_op has an operator
         correctness = [i.nodeid for i in items if not is_performance_test(i)]
         performance = [i.nodeid for i in items if is_performance_test(i)]
         files = sorted({Path(str(i.path)) for i in items})
@@ -123,7 +130,7 @@ def candidates(plan: Plan, n: int, seed: int) -> list[Candidate]:
     ]
 
 
-def bookkeeping(graph, task: int, run_id: str, judged: list[Judged]) -> float:
+def bookkeeping(graph: Graph, task: int, run_id: str, judged: list[Judged]) -> float:
     began = time.monotonic()
     for j in judged:
         graph.record(task, run_id, j)
@@ -139,7 +146,14 @@ def attempt_row(j: Judged) -> dict[str, float]:
     return row
 
 
-def judge_operator(plan: Plan, mode: str, attempts: list[Candidate], graph, ceilings, budget: int) -> dict:
+def judge_operator(
+    plan: Plan,
+    mode: str,
+    attempts: list[Candidate],
+    graph: Graph,
+    ceilings: dict[str, Any] | None,
+    budget: int,
+) -> dict[str, Any]:
     """Baseline, attempts in batches (correctness in parallel, then timing), one verification."""
     plan.fork_server, plan.sequential = MODES[mode]["fork_server"], MODES[mode]["sequential"]
     plan.record_inputs = MODES[mode]["record_inputs"]
@@ -187,43 +201,11 @@ def judge_operator(plan: Plan, mode: str, attempts: list[Candidate], graph, ceil
     return {"rows": rows, "wall": time.monotonic() - began, "rounds": rounds, "notes": judge.notes}
 
 
-def aa_pairs(plan: Plan, pairs: int) -> list[dict]:
-    """The committed kernel against an identical copy, `pairs` times, with the judge's timing and rule."""
-    plan.fork_server, plan.sequential = True, True
-    tc = CToolchain()
-    judge = Judge(plan, tc.screen)
-    op = plan.operator
-    out = []
-    try:
-        base = judge.baseline(op.baseline())
-        twin = Candidate(
-            op.text + "\n", op.source.name, op.toolchain, base.candidate.params, "A/A twin", "bench"
-        )
-        (twin_judged,) = judge.correctness([twin])
-        for _ in range(pairs):
-            j = Judged(twin, twin_judged.outcome)
-            crowned = time_and_decide(judge, j, base, plan.min_gain, lambda _: None)
-            if not j.timings:
-                continue
-            out.append(
-                {
-                    "ratio": j.ratio,
-                    "low": j.ratio_low,
-                    "rounds": sum(t.rounds for t in j.timings),
-                    "second_look": any("second look" in n for n in j.notes),
-                    "false_win": crowned,
-                }
-            )
-    finally:
-        judge.close()
-    return out
-
-
 def median(values: list[float]) -> float:
     return statistics.median(values) if values else 0.0
 
 
-def summarize(results: dict[str, list[dict]]) -> list[list]:
+def summarize(results: dict[str, list[dict[str, Any]]]) -> list[list[Any]]:
     table = []
     for mode, ops in results.items():
         rows = [r for op in ops for r in op["rows"]]
@@ -250,7 +232,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repo", type=Path, default=ROOT / "sample_ops")
     parser.add_argument("--ops", default="", help="comma-separated operators (default: all)")
     parser.add_argument("--attempts", type=int, default=6, help="candidates judged per operator and mode")
-    parser.add_argument("--aa", type=int, default=7, help="A/A pairs per operator (0: none)")
+    parser.add_argument(
+        "--aa", type=int, default=200, help="independent A/A pairs in all, operators in turn (0: none)"
+    )
     parser.add_argument(
         "--budget", type=int, default=24, help="attempts per operator a verification is spread over"
     )
@@ -259,7 +243,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "overhead.json")
     args = parser.parse_args(argv)
     from pytest_kope.judge.physics import ceilings_for
-    from pytest_kope.memory.graph import Graph
 
     work = Path(tempfile.mkdtemp(prefix="kope-bench-"))
     graph = Graph(work / "experience.db")
@@ -267,9 +250,9 @@ def main(argv: list[str] | None = None) -> int:
     ceilings = ceilings_for(graph, tc.fingerprint(), work / "builds").to_json()
     print("isolation:", "; ".join(sandbox.isolation_summary()))
     modes = [m for m in MODES if not args.modes or m in args.modes.split(",")]
-    results: dict[str, list[dict]] = {mode: [] for mode in modes}
-    aa: list[dict] = []
-    for plan in plans(args.repo, [n for n in args.ops.split(",") if n]):
+    results: dict[str, list[dict[str, Any]]] = {mode: [] for mode in modes}
+    chosen = plans(args.repo, [n for n in args.ops.split(",") if n])
+    for plan in chosen:
         attempts = candidates(plan, args.attempts, args.seed)
         for mode in modes if plan.operator.name < "m" else reversed(modes):  # alternate who goes first
             result = judge_operator(plan, mode, attempts, graph, ceilings, args.budget)
@@ -282,20 +265,24 @@ def main(argv: list[str] | None = None) -> int:
             ):
                 # e.g. an editable install pointing at another checkout: the children cannot import us
                 print(f"  WARNING: this judge ran without fork servers: {off[0].splitlines()[0][:300]}")
-        if args.aa:
-            aa += [{"operator": plan.operator.name, **p} for p in aa_pairs(plan, args.aa)]
     headers = ["judge", "attempts", *PHASES, "total", "overhead", "harness", "rounds", "wall s"]
     print("\nper attempt, median seconds (overhead: all but build and kernel; harness: overhead less tests)")
     print(tabulate(summarize(results), headers=headers, floatfmt=".3f"))
-    if aa:
-        wins = sum(p["false_win"] for p in aa)
-        print(
-            f"\nA/A: {wins} false wins in {len(aa)} pairs ({100 * wins / len(aa):.1f}%), "
-            f"median ratio {median([p['ratio'] for p in aa]):.3f}, median rounds {median([p['rounds'] for p in aa])}, "
-            f"second looks {sum(p['second_look'] for p in aa)}"
-        )
+    aa = false_wins.aa_pairs(chosen, args.aa) if args.aa and chosen else []
+    aa_summary = false_wins.summary(aa)
+    if args.aa:
+        print("\n" + false_wins.line(aa_summary))
+        if aa:
+            print(
+                f"A/A median ratio {median([p['ratio'] for p in aa]):.3f}, "
+                f"median rounds {median([p['rounds'] for p in aa])}"
+            )
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps({"results": results, "aa": aa, "phases": PHASES}, indent=1, default=str))
+    args.json.write_text(
+        json.dumps(
+            {"results": results, "aa": aa, "aa_summary": aa_summary, "phases": PHASES}, indent=1, default=str
+        )
+    )
     print(f"\nwrote {args.json}")
     graph.close()
     return 0

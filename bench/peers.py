@@ -21,7 +21,7 @@ torch.set_num_threads, OpenBLAS through its own set_num_threads, the probe throu
 OMP_NUM_THREADS; a kernel uses the THREADS its tuning point declares (at most that many). Nothing in
 the environment is unset; OMP_WAIT_POLICY is set to passive (as the judge times) only when unset.
 
-    python bench/peers.py [--repo sample_ops] [--ops softmax,sgemm] [--rounds 15] [--isa native|avx2]
+    python bench/peers.py [--repo sample_ops] [--ops softmax,sgemm] [--rounds 15] [--isa native|avx2] [--no-compile]
                           [--out bench/results/peers.json]
 """
 
@@ -103,6 +103,11 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--threads", type=int, default=0, help="default: the CPUs this process may use")
     parser.add_argument("--isa", choices=ISAS, default="native", help="measure as a machine with this ISA")
+    parser.add_argument(
+        "--no-compile",
+        action="store_true",
+        help="leave out the torch.compile peers (first compiles: 10-60 s)",
+    )
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "peers.json"))
     return parser.parse_args()
 
@@ -119,7 +124,15 @@ def measure(args: argparse.Namespace, torch: Any, threads: int) -> list[Comparis
         if winner is not None:
             kernels.append((f"winner ({args.branch_prefix}{op})", winner, source.name, source.parent))
         r = compare(
-            CASES[op], kernels, build_dir, threads, args.rounds, torch=torch, log=print, isa_name=args.isa
+            CASES[op],
+            kernels,
+            build_dir,
+            threads,
+            args.rounds,
+            torch=torch,
+            log=print,
+            isa_name=args.isa,
+            compiled=not args.no_compile,
         )
         results.append(r)
         print(f"{op}: {r.seconds:.0f} s", flush=True)

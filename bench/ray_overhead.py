@@ -35,12 +35,10 @@ from tabulate import tabulate
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
 # Ray workers (started by this process) and the optimize runs import this checkout's pytest_kope
 os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
 
-from overhead import candidates, plans  # noqa: E402
-
+from bench.overhead import candidates, plans  # noqa: E402
 from pytest_kope.judge.ray_executor import RayExecutor  # noqa: E402
 from pytest_kope.judge.runner import Judge, Plan  # noqa: E402
 from pytest_kope.toolchains.c import CToolchain  # noqa: E402

@@ -19,8 +19,9 @@ pipeline's warm run recalls the other pipeline's fill search (no kernel in commo
 two large spaces of the same shape, where cold needs tens of evaluations. Searches stop at 100
 evaluations.
 
-Reported per operator and strategy: evaluations to reach within 5% of the table's best (median over
-seeds, with the quartiles), and Kernel Tuner's methodology score over a budget of half the space,
+Reported per operator and strategy, the measured spaces and the composed pipelines in separate
+tables, each with its own median over its spaces (a synthetic space never moves the measured ones'
+figure): evaluations to reach within 5% of the table's best (median over seeds, with the quartiles), and Kernel Tuner's methodology score over a budget of half the space,
 ((strategy - random) / (optimum - random) on the best time found so far, averaged over budgets
 1..B, with random's expected curve computed exactly from the table). Prints tables, writes JSON.
 
@@ -351,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
                 except Exception as exc:  # a strategy that cannot handle this space: reported, not fatal
                     print(f"{op}: Kernel Tuner {strategy} failed: {type(exc).__name__}: {exc}")
                     break
-    results = report(tables, speedups)
+    results = report(tables, speedups, composed)
     meta = {
         "kernel_tuner": kt_version,
         "seeds": args.seeds,
@@ -361,53 +362,67 @@ def main(argv: list[str] | None = None) -> int:
     }
     print(f"kernel_tuner {meta['kernel_tuner']}, {args.seeds} seeds, {meta['wall_s']} s")
     args.json.parent.mkdir(parents=True, exist_ok=True)
+    meta["composed"] = sorted(composed)  # synthetic spaces, reported apart from the measured ones
     args.json.write_text(json.dumps({**meta, "results": results}, indent=1, default=str))
     print(f"wrote {args.json}")
     return 0
 
 
 def report(
-    tables: dict[str, Table], speedups: dict[str, dict[str, list[list[float | None]]]]
+    tables: dict[str, Table], speedups: dict[str, dict[str, list[list[float | None]]]], composed: set[str]
 ) -> dict[str, Any]:
+    """Tables per group: the measured spaces, then the composed pipelines apart, each group with its
+    own median over its spaces (a synthetic space never weighs in the real ones' figure)."""
     names = list(dict.fromkeys(n for per in speedups.values() for n in per))
-    results: dict[str, Any] = {}
-    evals_rows, score_rows = [], []
-    for op, table in tables.items():
-        best = table.best()
-        size = len(table.rows)
-        cap = min(size, MAX_BUDGET)
-        budget = min(max(4, math.ceil(size / 2)), MAX_BUDGET // 2, size)
-        rand = random_curve(table, budget)
-        results[op] = {"space": size, "best": best, "budget": budget, "family": table.family}
-        e_row: list[Any] = [f"{op} ({size})"]
-        s_row: list[Any] = [op]
+    results: dict[str, Any] = {op: summaries(table, speedups[op]) for op, table in tables.items()}
+    groups = [
+        ("measured spaces", "median over operators", [op for op in tables if op not in composed]),
+        ("composed pipelines (synthetic)", "median over pipelines", [op for op in tables if op in composed]),
+    ]
+    for title, median_label, ops in groups:
+        if not ops:
+            continue
+        evals_rows: list[list[Any]] = []
+        score_rows: list[list[Any]] = []
+        for op in ops:
+            found = results[op]
+            evals_rows.append([f"{op} ({found['space']})"] + [evals_cell(found.get(n)) for n in names])
+            score_rows.append([op] + [f"{found[n]['score']:.2f}" if n in found else "-" for n in names])
+        med_row: list[Any] = [median_label]
+        mean_row: list[Any] = ["mean"]
         for name in names:
-            runs = speedups[op].get(name)
-            if not runs:
-                e_row.append("-")
-                s_row.append("-")
-                continue
-            evals = [next((i for i, s in enumerate(r, 1) if (s or 0) >= WITHIN * best), None) for r in runs]
-            summary = summarize(evals, cap)
-            summary["score"] = score([curve(r, budget) for r in runs], rand, 1.0 / best)
-            results[op][name] = summary
-            missed = f" ({summary['missed']} missed)" if summary["missed"] else ""
-            e_row.append(f"{summary['median']:g} [{summary['p25']:g}-{summary['p75']:g}]{missed}")
-            s_row.append(f"{summary['score']:.2f}")
-        evals_rows.append(e_row)
-        score_rows.append(s_row)
-    med_row: list[Any] = ["median over operators"]
-    mean_row: list[Any] = ["mean"]
-    for name in names:
-        meds = [results[op][name]["median"] for op in tables if name in results[op]]
-        scores = [results[op][name]["score"] for op in tables if name in results[op]]
-        med_row.append(f"{statistics.median(meds):g}" if meds else "-")
-        mean_row.append(f"{statistics.fmean(scores):.2f}" if scores else "-")
-    print("\nevaluations to within 5% of the space's best: median over seeds [quartiles]")
-    print(tabulate([*evals_rows, med_row], headers=["operator (points)", *names]))
-    print("\nmethodology score over a budget of half the space ((strategy - random) / (optimum - random))")
-    print(tabulate([*score_rows, mean_row], headers=["operator", *names]))
+            meds = [results[op][name]["median"] for op in ops if name in results[op]]
+            scores = [results[op][name]["score"] for op in ops if name in results[op]]
+            med_row.append(f"{statistics.median(meds):g}" if meds else "-")
+            mean_row.append(f"{statistics.fmean(scores):.2f}" if scores else "-")
+        print(f"\n{title}: evaluations to within 5% of the space's best, median over seeds [quartiles]")
+        print(tabulate([*evals_rows, med_row], headers=["operator (points)", *names]))
+        print(
+            f"\n{title}: methodology score over a budget of half the space ((strategy - random) / (optimum - random))"
+        )
+        print(tabulate([*score_rows, mean_row], headers=["operator", *names]))
     return results
+
+
+def summaries(table: Table, runs_by_name: dict[str, list[list[float | None]]]) -> dict[str, Any]:
+    """One space's figures: per search, evaluations to within 5% of its best and the score."""
+    best, size = table.best(), len(table.rows)
+    cap = min(size, MAX_BUDGET)
+    budget = min(max(4, math.ceil(size / 2)), MAX_BUDGET // 2, size)
+    rand = random_curve(table, budget)
+    found: dict[str, Any] = {"space": size, "best": best, "budget": budget, "family": table.family}
+    for name, runs in runs_by_name.items():
+        evals = [next((i for i, s in enumerate(r, 1) if (s or 0) >= WITHIN * best), None) for r in runs]
+        found[name] = summarize(evals, cap)
+        found[name]["score"] = score([curve(r, budget) for r in runs], rand, 1.0 / best)
+    return found
+
+
+def evals_cell(summary: dict[str, Any] | None) -> str:
+    if not summary:
+        return "-"
+    missed = f" ({summary['missed']} missed)" if summary["missed"] else ""
+    return f"{summary['median']:g} [{summary['p25']:g}-{summary['p75']:g}]{missed}"
 
 
 if __name__ == "__main__":

@@ -7,11 +7,16 @@ judge: the correctness tests, then a paired timing against the committed kernel.
     {"operator", "family", "source_hash", "space_hash", "hardware", "axes", "requires",
      "points": [{"params": {...}, "outcome": "ok", "ratio": 3.1, "ratio_low": 2.9, "seconds": 0.004}]}
 
-`ratio` is the committed kernel's time over the point's (> 1 is faster). A table is reused while the
-source and hardware are the same: a changed source (a new space) makes it stale, and this command
-measures it again; points already measured for the same source are kept (an interrupted run resumes).
+`ratio` is the committed kernel's time over the point's (> 1 is faster), pooled: the committed
+kernel's time is the median over the points of each one's paired ratio x its own seconds, and a
+point's ratio is that over its `seconds`, the median of all its timings (`times`; `ratios` and
+`measured_ratio` keep what the pairings said). It is the figure `Table.from_json` loads back, unchanged.
+A table is reused while the source and hardware are the same: a changed source (a new space) makes it
+stale, and this command measures it again; points already measured for the same source are kept (an
+interrupted run resumes).
 
-The fastest `--refine` points are then timed `--again` more times and keep their median ratio.
+The fastest `--refine` points are then timed `--again` more times; their `seconds` become the median
+of all their timings, and their ratio the pooled one of that median.
 
     python bench/tables.py [--ops softmax,sgemm] [--max-points 150] [--refine 6] [--out bench/tables]
 """
@@ -33,6 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.overhead import plans  # noqa: E402
+from pytest_kope.agents.search import pooled  # noqa: E402
 from pytest_kope.candidate import Candidate  # noqa: E402
 from pytest_kope.judge.runner import Judge, Plan  # noqa: E402
 from pytest_kope.spec import _LINE, TuningSpace  # noqa: E402
@@ -80,6 +86,17 @@ def load(path: Path, plan: Plan, hardware: dict[str, Any]) -> dict[str, Any] | N
     return table if same else None
 
 
+def save(path: Path, table: dict[str, Any]) -> None:
+    """Write the table settled: each point's seconds the median of all its timings, its ratio pooled
+    (`pooled`, as `Table.from_json` computes it), so what is stored is what a replay searches."""
+    for row in table["points"]:
+        if row.get("times"):
+            row["seconds"] = statistics.median(row["times"])
+            row["measured_ratio"] = statistics.median(row["ratios"])
+    pooled({str(i): row for i, row in enumerate(table["points"])})
+    path.write_text(json.dumps(table, indent=1, default=str))
+
+
 def hw_key(hardware: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(hardware, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
@@ -110,7 +127,7 @@ def measure(plan: Plan, out: Path, max_points: int, deadline: float) -> dict[str
     done = {key(p["params"]) for p in table["points"]}
     todo = [p for p in wanted if key(p) not in done]
     if not todo:
-        path.write_text(json.dumps(table, indent=1, default=str))
+        save(path, table)
         return table
     plan.fork_server, plan.sequential = True, True
     judge = Judge(plan, tc.screen)
@@ -133,10 +150,11 @@ def measure(plan: Plan, out: Path, max_points: int, deadline: float) -> dict[str
                 row: dict[str, Any] = {"params": j.candidate.params, "outcome": j.outcome.value}
                 if j.outcome.correct and j.timings:
                     row.update(ratio=j.ratio, ratio_low=j.ratio_low, seconds=j.time_s)
+                    row.update(ratios=[j.ratio], times=[j.time_s])
                 elif j.failures:
                     row["failure"] = j.failures[0][:200]
                 table["points"].append(row)
-            path.write_text(json.dumps(table, indent=1, default=str))
+            save(path, table)
     finally:
         judge.close()
     print(f"{op.name}: {len(table['points'])} points in {time.monotonic() - started:.0f} s")
@@ -144,8 +162,9 @@ def measure(plan: Plan, out: Path, max_points: int, deadline: float) -> dict[str
 
 
 def refine(plan: Plan, out: Path, top: int, again: int) -> None:
-    """Time the table's `top` fastest points `again` more times each and keep the median ratio: one
-    timing of a memory-bound kernel can land in the fast DRAM regime and make a lone, false best."""
+    """Time the table's `top` fastest points `again` more times each; each keeps the median of all its
+    timings: one timing of a memory-bound kernel can land in the fast DRAM regime and make a lone,
+    false best."""
     tc = CToolchain()
     op = plan.operator
     path = out / f"{op.name}.json"
@@ -153,7 +172,11 @@ def refine(plan: Plan, out: Path, top: int, again: int) -> None:
     if table is None:
         return
     ranked = sorted((p for p in table["points"] if p.get("ratio")), key=lambda p: -p["ratio"])
-    todo = [p for p in ranked[:top] if len(p.get("ratios", [p["ratio"]])) < 1 + again]
+    for row in ranked[:top]:  # a row of an older table: its later ratios came without their times
+        if len(row.get("times", [])) != len(row.get("ratios", [])) or not row.get("times"):
+            first = row.get("ratios", [row.get("measured_ratio", row["ratio"])])[0]
+            row["ratios"], row["times"] = [first], [row["seconds"]]
+    todo = [p for p in ranked[:top] if len(p["times"]) < 1 + again]
     if not todo:
         return
     plan.fork_server, plan.sequential = True, True
@@ -161,21 +184,20 @@ def refine(plan: Plan, out: Path, top: int, again: int) -> None:
     try:
         base = judge.baseline(op.baseline())
         for row in todo:
-            row.setdefault("ratios", [row["ratio"]])
             cand = Candidate(
                 op.text, op.source.name, op.toolchain, params=row["params"], idea="table", agent="bench"
             )
             (j,) = judge.correctness([cand])
-            for _ in range(1 + again - len(row["ratios"])):
+            for _ in range(1 + again - len(row["times"])):
                 if j.outcome.correct:
                     judge.performance(j, base.candidate)
-                    if j.ratio:
+                    if j.ratio and j.time_s:
                         row["ratios"].append(j.ratio)
-            row["ratio"] = statistics.median(row["ratios"])
-            path.write_text(json.dumps(table, indent=1, default=str))
+                        row["times"].append(j.time_s)
+            save(path, table)
     finally:
         judge.close()
-    print(f"{op.name}: top {len(todo)} points timed {again} more times (median kept)")
+    print(f"{op.name}: top {len(todo)} points timed {again} more times (median of all timings kept)")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from pytest_kope.candidate import Candidate
@@ -236,15 +234,12 @@ def test_budget_holds_in_a_graph_of_5000_lessons(graph):
         graph.db["lessons"].insert_all(rows)
     teach(graph, "op3", "fam3", HW_A, {"BLOCK": 16}, speedup=3.0)
 
-    started = time.perf_counter()
     counted = graph.recall(
         RecallQuery("op3", "fam3", HW_A, "c", state="failing with mismatch in the tail", max_items=12)
     )
     budgeted = graph.recall(RecallQuery("op3", "fam3", HW_A, "c", state="correct at 3x", max_tokens=400))
-    elapsed = time.perf_counter() - started
     assert len(counted.lessons) == 12 and len(counted.exemplars) <= 12 and len(counted.seeds()) <= 12
     assert counted.lessons[0].scope == "operator/hardware"
     assert sum(tokens(lesson.line()) + 1 for lesson in budgeted.lessons) <= 400
     for budget in (0, 10, 100, 400, 4000):
         assert tokens(budgeted.render(budget)) <= budget
-    assert elapsed < 2.0, f"recall took {elapsed:.2f}s on 5,000 lessons"

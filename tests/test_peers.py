@@ -37,27 +37,35 @@ def test_every_case_matches_its_sample_operator() -> None:
     assert not CASES["rowsum"].matches(("void rowsum(const double *x, double *y, int rows, int cols)",))
 
 
+class SpinnerClock:
+    """A process whose other threads burn a whole CPU until `spins_until` (wall seconds), then rest:
+    the clock `_quiet` reads, free of the machine's load."""
+
+    def __init__(self, spins_until: float) -> None:
+        self.wall = self.cpu = 0.0
+        self.spins_until = spins_until
+
+    def perf_counter(self) -> float:
+        return self.wall
+
+    def process_time(self) -> float:
+        return self.cpu
+
+    def sleep(self, seconds: float) -> None:
+        self.cpu += max(0.0, min(self.wall + seconds, self.spins_until) - self.wall)
+        self.wall += seconds
+
+
 def test_each_block_waits_for_the_threads_of_the_last_one_to_stop_spinning() -> None:
     """A pool thread that spins after its call (OpenBLAS: ~0.1 s) would share the cores with the next
     contender's whole block; `_quiet` waits it out, and costs one short probe on a quiet process."""
-    import threading
-    import time
-
     from pytest_kope.peers.measure import QUIET_MAX_S, _quiet
 
-    _quiet()  # whatever an earlier test left spinning (numpy's OpenBLAS threads) stops first
-    assert _quiet() < 0.05
-    stop = time.perf_counter() + 0.15
-
-    def spin() -> None:
-        while time.perf_counter() < stop:
-            pass
-
-    spinner = threading.Thread(target=spin)
-    spinner.start()
-    waited = _quiet()
-    spinner.join()
-    assert 0.1 < waited < QUIET_MAX_S
+    assert _quiet(0.005, SpinnerClock(0.0)) == 0.005  # quiet: one probe
+    waited = _quiet(0.005, SpinnerClock(0.15))
+    assert 0.15 <= waited <= 0.15 + 0.005 * 2  # until the spinner stopped, a probe or two after
+    assert _quiet(0.005, SpinnerClock(float("inf"))) >= QUIET_MAX_S  # a spinner that never stops
+    assert _quiet() >= 0.005  # the real clock: at least one probe
 
 
 @needs_torch

@@ -59,7 +59,7 @@ class Table:
     def from_json(cls, data: Mapping[str, Any]) -> Table:
         rows = {point_key(r["params"]): dict(r) for r in data["points"]}
         return cls(
-            data["operator"], data.get("family", ""), data["header"], dict(data["hardware"]), _pooled(rows)
+            data["operator"], data.get("family", ""), data["header"], dict(data["hardware"]), pooled(rows)
         )
 
     def info(self) -> OperatorInfo:
@@ -80,20 +80,23 @@ class Table:
         return [dict(r["params"]) for r in self.rows.values()]
 
 
-def _pooled(rows: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def pooled(rows: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Each measured point's speedup as one committed time over its own time.
 
     Every point was paired with the same committed kernel, so its own time ranks it; its ratio also
     carries that pairing's view of the committed kernel, which is noise when the kernel is slow
     (sgemm's takes 1.5 s a call, and one point's three ratios spread from 47x to 87x). The committed
     time is the median over the points of ratio x seconds; `measured_ratio` keeps what was measured.
-    Rows without their own time keep their ratios."""
+    Rows without their own time keep their ratios. Pooling a pooled table changes nothing (it starts
+    from `measured_ratio`), so a table stored pooled loads with the very ratios it holds."""
     measured = [r for r in rows.values() if r.get("ratio")]
     if not measured or not all(r.get("seconds") for r in measured):
         return rows
-    committed = statistics.median(float(r["ratio"]) * float(r["seconds"]) for r in measured)
     for r in measured:
-        r["measured_ratio"], r["ratio"] = r["ratio"], committed / float(r["seconds"])
+        r.setdefault("measured_ratio", r["ratio"])
+    committed = statistics.median(float(r["measured_ratio"]) * float(r["seconds"]) for r in measured)
+    for r in measured:
+        r["ratio"] = committed / float(r["seconds"])
     return rows
 
 

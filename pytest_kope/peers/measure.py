@@ -174,19 +174,20 @@ QUIET_CPU = 0.2  # the process counts as quiet when its threads use under this s
 QUIET_MAX_S = 0.5  # ... or after this long: a spinner that never stops must not stall the bench
 
 
-def _quiet(probe_s: float = 0.005) -> float:
+def _quiet(probe_s: float = 0.005, clock: Any = time) -> float:
     """Wait until no thread of this process burns CPU; the seconds waited.
 
     Idle pool threads of a library spin before they sleep: OpenBLAS's for 2^28 cycles (~0.1 s) after
     every call. A rotating order keeps the same contender right after numpy every round, so its whole
-    block shared the cores with a spinner: 28 ms a call for an 18 ms sgemm, and half the FMA peak."""
-    start = time.perf_counter()
-    while time.perf_counter() - start < QUIET_MAX_S:
-        cpu = time.process_time()
-        time.sleep(probe_s)
-        if time.process_time() - cpu < QUIET_CPU * probe_s:
+    block shared the cores with a spinner: 28 ms a call for an 18 ms sgemm, and half the FMA peak.
+    `clock` (perf_counter, process_time, sleep) is the `time` module but in tests."""
+    start = clock.perf_counter()
+    while clock.perf_counter() - start < QUIET_MAX_S:
+        cpu = clock.process_time()
+        clock.sleep(probe_s)
+        if clock.process_time() - cpu < QUIET_CPU * probe_s:
             break
-    return time.perf_counter() - start
+    return float(clock.perf_counter() - start)
 
 
 def interleave(calls: dict[str, Call], rounds: int, block_s: float) -> dict[str, list[float]]:

@@ -86,8 +86,8 @@ class CToolchain(ToolchainBase):
     """C and C++ kernels built with gcc or clang, loaded with cffi, timed on the host."""
 
     name = "c"
-    extensions = (".c", ".cc", ".cpp", ".cxx")
-    passes_env = ("CC", "CXX", BINARY_SCREEN_ENV, TARGET_ENV)
+    extensions: tuple[str, ...] = (".c", ".cc", ".cpp", ".cxx")
+    passes_env: tuple[str, ...] = ("CC", "CXX", BINARY_SCREEN_ENV, TARGET_ENV)
     timed_on_host = True  # its timings are bound by this machine's measured memory and FMA ceilings
 
     def __init__(

@@ -1,0 +1,308 @@
+"""The benches behind the README's figures: each runs at its smallest size and says what it measured.
+
+Each smoke test runs one bench in a subprocess, as a user would, with its JSON sent to tmp_path, and
+checks it exits 0, prints its table and writes its JSON. The figures' own procedures (a refined table
+stores what it loads, the exact interval, the seeds' alternation, reaching by the median) are checked
+on their own, on real tables and real runs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench import cold_warm, false_wins, tables  # noqa: E402
+from pytest_kope.agents.search import Table  # noqa: E402
+
+HANG = 900  # a guard against a hung bench, not a speed requirement
+
+
+def bench(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "PYTEST_CURRENT_TEST")}
+    proc = subprocess.run(
+        [sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=HANG
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc
+
+
+def a_table(points: list[dict[str, Any]]) -> dict[str, Any]:
+    header = "// kope: kernel void f(const float *x, float *y, long n)\n// kope: param V = 1 | 2 | 4\n"
+    return {"operator": "f", "family": "elementwise", "header": header, "hardware": {}, "points": points}
+
+
+def test_refined_table_stores_the_ratio_it_loads(tmp_path: Path) -> None:
+    """A refined point's ratio is the pooled one of the median of all its timings, and loading the
+    table back gives the very figures stored, however lucky its first timing was."""
+    table = a_table(
+        [
+            {
+                "params": {"V": 1},
+                "outcome": "ok",
+                "ratio": 1.0,
+                "seconds": 0.010,
+                "ratios": [1.0],
+                "times": [0.010],
+            },
+            {
+                "params": {"V": 2},
+                "outcome": "ok",
+                "ratio": 1.9,
+                "seconds": 0.0052,
+                "ratios": [1.9],
+                "times": [0.0052],
+            },
+            # refined: a lucky first timing (2 ms), then two ordinary ones
+            {
+                "params": {"V": 4},
+                "outcome": "ok",
+                "ratio": 5.0,
+                "seconds": 0.002,
+                "ratios": [5.0, 3.4, 3.3],
+                "times": [0.002, 0.0030, 0.0031],
+            },
+        ]
+    )
+    path = tmp_path / "f.json"
+    tables.save(path, table)
+    stored = json.loads(path.read_text())
+    refined = stored["points"][2]
+    assert refined["seconds"] == statistics.median([0.002, 0.0030, 0.0031])
+    committed = statistics.median(r["measured_ratio"] * r["seconds"] for r in stored["points"])
+    assert math.isclose(refined["ratio"], committed / 0.0030)
+    assert refined["ratio"] < 4.0  # not the lucky timing's 5x
+    loaded = Table.from_json(stored)
+    for row in stored["points"]:
+        assert math.isclose(loaded.speedup(row["params"]) or 0.0, row["ratio"], rel_tol=1e-12)
+    again = Table.from_json(json.loads(path.read_text()))
+    assert again.best() == loaded.best() == refined["ratio"]
+
+
+def test_a_table_saved_twice_is_unchanged(tmp_path: Path) -> None:
+    rows = [
+        {"params": {"V": v}, "outcome": "ok", "ratio": r, "seconds": s, "ratios": [r], "times": [s]}
+        for v, r, s in ((1, 1.0, 0.01), (2, 2.2, 0.0045), (4, 3.1, 0.0033))
+    ]
+    path = tmp_path / "f.json"
+    tables.save(path, a_table(rows))
+    first = path.read_text()
+    tables.save(path, json.loads(first))
+    assert path.read_text() == first
+
+
+def test_clopper_pearson_is_exact() -> None:
+    assert false_wins.clopper_pearson(0, 200)[0] == 0.0
+    assert math.isclose(false_wins.clopper_pearson(0, 200)[1], 1 - 0.025 ** (1 / 200), rel_tol=1e-9)
+    assert math.isclose(false_wins.clopper_pearson(30, 30)[0], 0.025 ** (1 / 30), rel_tol=1e-9)
+    low, high = false_wins.clopper_pearson(3, 56)
+    mirror = false_wins.clopper_pearson(53, 56)
+    assert math.isclose(low, 1 - mirror[1], rel_tol=1e-9) and math.isclose(high, 1 - mirror[0], rel_tol=1e-9)
+    # at the bounds the binomial tails are 2.5% each
+    assert math.isclose(false_wins.binomial_cdf(3, 56, high), 0.025, rel_tol=1e-6)
+    assert math.isclose(1 - false_wins.binomial_cdf(2, 56, low), 0.025, rel_tol=1e-6)
+
+
+def test_false_win_summary_names_its_pairs() -> None:
+    pairs = [{"operator": f"op{i % 3}", "false_win": i == 5, "second_look": i % 2 == 0} for i in range(60)]
+    s = false_wins.summary(pairs)
+    assert (s["pairs"], s["false_wins"]) == (60, 1)
+    text = false_wins.line(s)
+    assert "1 false wins in 60 independent pairs" in text and "exact 95% interval 0.0%-8.9%" in text
+
+
+def test_each_arm_goes_first_on_half_of_the_seeds() -> None:
+    for index in range(3):
+        firsts = [cold_warm.arm_order(seed, index)[0] for seed in range(1, 5)]
+        assert sorted(firsts) == ["cold", "cold", "warm", "warm"]
+    assert cold_warm.arm_order(1, 0)[0] != cold_warm.arm_order(1, 1)[0]
+
+
+def test_reaching_colds_level_is_decided_by_the_median_ratio() -> None:
+    # an interval whose upper end is above 1 says the test could not tell, not that warm is as good
+    assert not cold_warm.level({"ratio": 0.80, "low": 0.6, "high": 1.1})
+    assert cold_warm.level({"ratio": 0.96, "low": 0.9, "high": 1.0})
+    results = [
+        {
+            "operator": "rowsum",
+            "head_to_head": {"ratio": r},
+            "warm_over_cold": None,
+            "warm_evals_to_cold_level": None,
+        }
+        for r in (0.90, 0.93, 1.2, 0.80)
+    ]
+    (summary,) = cold_warm.per_operator(results)
+    assert summary["head_to_head_median"] == statistics.median([0.90, 0.93, 1.2, 0.80])
+    assert not summary["warm_level"] and summary["head_to_head_range"] == [0.80, 1.2]
+
+
+def test_tables_smoke_refines_and_round_trips(tmp_path: Path) -> None:
+    out = tmp_path / "tables"
+    proc = bench(
+        "bench/tables.py",
+        "--ops",
+        "rowsum",
+        "--max-points",
+        "2",
+        "--refine",
+        "1",
+        "--again",
+        "1",
+        "--out",
+        str(out),
+    )
+    assert "rowsum" in proc.stdout and "points, best" in proc.stdout
+    stored = json.loads((out / "rowsum.json").read_text())
+    refined = [p for p in stored["points"] if len(p.get("times", [])) == 2]
+    assert len(refined) == 1, stored["points"]
+    assert refined[0]["seconds"] == statistics.median(refined[0]["times"])
+    loaded = Table.from_json(stored)
+    for row in stored["points"]:
+        if row.get("ratio"):
+            assert math.isclose(loaded.speedup(row["params"]) or 0.0, row["ratio"], rel_tol=1e-12)
+
+
+def test_search_smoke_reports_pipelines_apart(tmp_path: Path) -> None:
+    out = tmp_path / "search.json"
+    proc = bench("bench/search.py", "--ops", "softmax,swiglu", "--seeds", "1", "--json", str(out))
+    measured, _, composed = proc.stdout.partition("composed pipelines (synthetic)")
+    assert "median over operators" in measured and "softmax+swiglu" not in measured
+    assert "median over pipelines" in composed and "softmax+swiglu" in composed
+    data = json.loads(out.read_text())
+    assert data["composed"] == ["softmax+swiglu"] and set(data["results"]) >= {"softmax", "swiglu"}
+
+
+def test_overhead_smoke_gives_the_false_win_rate_with_its_interval(tmp_path: Path) -> None:
+    out = tmp_path / "overhead.json"
+    proc = bench(
+        "bench/overhead.py",
+        "--ops",
+        "rowsum",
+        "--modes",
+        "after",
+        "--attempts",
+        "1",
+        "--aa",
+        "1",
+        "--json",
+        str(out),
+    )
+    assert "per attempt, median seconds" in proc.stdout
+    assert "independent pairs" in proc.stdout and "exact 95% interval" in proc.stdout
+    data = json.loads(out.read_text())
+    assert data["aa_summary"]["pairs"] == 1 and len(data["results"]["after"]) == 1
+
+
+def test_cold_warm_smoke(tmp_path: Path) -> None:
+    out = tmp_path / "cold_warm.json"
+    proc = bench(
+        "bench/cold_warm.py",
+        "--budget",
+        "1",
+        "--seeds",
+        "1",
+        "--fill",
+        "gelu",
+        "--eval",
+        "rowsum",
+        "--out",
+        str(out),
+    )
+    assert "1 seeds" in proc.stdout and "warm vs cold winner, head to head" in proc.stdout
+    data = json.loads(out.read_text())
+    assert data["seeds"] == [1] and [s["operator"] for s in data["summary"]] == ["rowsum"]
+    assert data["results"][0]["first"] in ("cold", "warm")
+
+
+def test_check_spaces_smoke(tmp_path: Path) -> None:
+    out = tmp_path / "check_spaces.json"
+    proc = bench(
+        "bench/check_spaces.py",
+        "--repo",
+        "sample_ops",
+        "--ops",
+        "rowsum",
+        "--target",
+        "",
+        "--max-points",
+        "2",
+        "--json",
+        str(out),
+    )
+    assert "2 points checked, 2 passed, 0 failed" in proc.stdout
+    assert json.loads(out.read_text())["checked"][0]["points"] == 2
+
+
+def test_kill_loop_smoke(tmp_path: Path) -> None:
+    out = tmp_path / "kill_loop.json"
+    proc = bench(
+        "bench/kill_loop.py",
+        "--iterations",
+        "1",
+        "--budget",
+        "1",
+        "--min-kill",
+        "1",
+        "--max-kill",
+        "1",
+        "--seed",
+        "1",
+        "--out",
+        str(out),
+    )
+    assert "kill loop: PASS" in proc.stdout and "integrity" in proc.stdout
+    assert json.loads(out.read_text())["ok"] is True
+
+
+def test_peers_smoke(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    out = tmp_path / "peers.json"
+    proc = bench("bench/peers.py", "--ops", "rowsum", "--rounds", "3", "--no-compile", "--out", str(out))
+    assert "committed" in proc.stdout and "torch" in proc.stdout
+    assert [op["operator"] for op in json.loads(out.read_text())["operators"]] == ["rowsum"]
+
+
+def test_ray_overhead_smoke(tmp_path: Path) -> None:
+    pytest.importorskip(
+        "ray", reason="bench/ray_overhead.py starts a local Ray cluster: pip install 'pytest-kope[ray]'"
+    )
+    out = tmp_path / "ray_overhead.json"
+    proc = bench("bench/ray_overhead.py", "--judgements", "1", "--no-runs", "--json", str(out))
+    assert "ray" in proc.stdout.lower()
+    assert json.loads(out.read_text())["per_judgement"]
+
+
+def cuda_device() -> str | None:
+    """Why the GPU check cannot run here, or None when it can."""
+    if shutil.which("nvidia-smi") is None:
+        return "bench/gpu_check.sh needs an NVIDIA GPU (no nvidia-smi here)"
+    try:
+        import torch
+        import triton  # noqa: F401
+    except ImportError as e:
+        return f"bench/gpu_check.sh needs torch and triton: {e}"
+    return None if torch.cuda.is_available() else "bench/gpu_check.sh needs a CUDA device torch can see"
+
+
+def test_gpu_check_smoke(tmp_path: Path) -> None:
+    if (why := cuda_device()) is not None:
+        pytest.skip(why)
+    env = {**os.environ, "KOPE_GPU_BUDGET": "1", "KOPE_GPU_OUT": str(tmp_path)}
+    env.pop("PYTEST_ADDOPTS", None)
+    proc = subprocess.run(
+        ["bash", "bench/gpu_check.sh"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=HANG
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "tests exit 0, optimize exit 0" in proc.stdout
+    assert json.loads((tmp_path / "gpu_check.json").read_text())["operators"]
