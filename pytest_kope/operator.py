@@ -224,6 +224,21 @@ def _include_dirs(item: pytest.Item, where: Path, given: Any) -> tuple[Path, ...
     return tuple(dict.fromkeys((*marker, *ini)))
 
 
+def same_operator(first: Operator, first_at: str, other: Operator, other_at: str) -> None:
+    """Two markers that give one operator name must declare the same operator: a run judges and
+    commits one kernel per name, so the second declaration would be dropped without a word."""
+    if first == other:
+        return
+    mine, theirs = first.to_json(), other.to_json()
+    field = next(k for k in mine if mine[k] != theirs[k])
+    first_at, other_at = first_at.split("::")[0], other_at.split("::")[0]
+    raise MarkerError(
+        f"{other_at}: pytest.mark.kope({other.name!r}) gives {field}={theirs[field]!r}, but {first_at}"
+        f" gives {field}={mine[field]!r} for the same operator; give each kernel its own name, or"
+        " every module of one operator the same marker"
+    )
+
+
 def base_nodeid(nodeid: str) -> str:
     """A test's id without the candidate and seed parameters a judging child adds: the controller's id,
     and what the `rng` fixture derives its stream from, so one seed gives every kernel the same inputs."""

@@ -20,6 +20,7 @@ condition cannot be evaluated (a division by zero, a type mismatch) is ruled out
 from __future__ import annotations
 
 import ast
+import difflib
 import functools
 import itertools
 import operator
@@ -31,6 +32,7 @@ from .errors import SpecError
 
 _LINE = re.compile(r"^\s*(?://+|#+|/\*+|\*+)?\s*kope:\s*(?P<body>.*?)\s*(?:\*/)?\s*$")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_DECLARATIONS = ("kernel", "param", "flags", "require", "inplace")
 FLAGS = "flags"
 
 
@@ -106,28 +108,34 @@ def parse_spec(text: str, filename: str = "<source>") -> KernelSpec:
             name = name.strip()
             if not eq or not _NAME.match(name):
                 raise SpecError(f"{where}: write `kope: param NAME = default | other | ...`, got {body!r}")
-            axes[name] = _choices(values, where)
+            axes[name] = _choices(values, where, f"param {name} = ")
         elif word == "flags":
-            axes[FLAGS] = tuple(str(v) for v in _choices(rest, where, literal=False))
+            axes[FLAGS] = tuple(str(v) for v in _choices(rest, where, "flags ", literal=False))
         elif word == "require":
             requires.append((where, rest))
         elif word == "inplace":
             inplace.update(rest.replace(",", " ").split())
         else:
+            close = difflib.get_close_matches(word, _DECLARATIONS, 1)
             raise SpecError(
-                f"{where}: unknown declaration {word!r}; use kernel, param, flags, require or inplace"
+                f"{where}: unknown declaration {word!r}"
+                + (f" (did you mean `kope: {close[0]}`?)" if close else "")
+                + "; use kernel, param, flags, require or inplace"
             )
     for where, expr in requires:
         why = require_error(expr, axes)
         if why:
-            raise SpecError(f"{where}: {why}")
+            raise SpecError(f"{where}: {why}; write e.g. `kope: require VEC <= 8 or THREADS == 1`")
     return KernelSpec(tuple(kernels), TuningSpace(axes, tuple(e for _, e in requires)), frozenset(inplace))
 
 
-def _choices(text: str, where: str, literal: bool = True) -> tuple:
+def _choices(text: str, where: str, lead: str, literal: bool = True) -> tuple:
+    """The `a | b | c` of a `param` or `flags` line (`lead`: its words before the choices)."""
     parts = [p.strip() for p in text.split("|")]
     if not parts or any(p == "" for p in parts):
-        raise SpecError(f"{where}: list choices as `a | b | c` (first is the default), got {text!r}")
+        raise SpecError(
+            f"{where}: list choices as `kope: {lead}a | b | c` (first is the default), got {text.strip()!r}"
+        )
     values = tuple(_value(p) for p in parts) if literal else tuple(parts)
     if len(set(values)) != len(values):
         raise SpecError(f"{where}: repeated value in {text!r}")
