@@ -133,7 +133,7 @@ def test_other_errors_name_the_file_and_exit_2(db, tmp_path, capsys):
     junk.write_text("this is not sqlite" * 100)
     assert main(["--db", str(junk), "graph", "stats"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"kope: {junk} is not a usable experience graph") and err.count("\n") == 1
+    assert err.startswith(f"kope: {junk} is damaged (file is not a database)") and err.count("\n") == 1
 
 
 def test_default_db_is_under_the_current_folder(db, monkeypatch, capsys):
