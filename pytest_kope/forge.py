@@ -166,11 +166,19 @@ def _explain(e: BaseException, settings: ForgeSettings) -> str:
     where = f"{settings.kind} {settings.repo} at {settings.url}"
     data = getattr(e, "data", None) or getattr(e, "error_message", None) or str(e)
     message = data.get("message", data) if isinstance(data, dict) else data
+    fields = data.get("errors") if isinstance(data, dict) else None
+    if isinstance(fields, list):  # GitHub's 422: which field was refused ("base invalid")
+        said = [
+            " ".join(str(f[k]) for k in ("field", "code") if k in f) for f in fields if isinstance(f, dict)
+        ]
+        message = f"{message} ({'; '.join(s for s in said if s)})" if any(said) else message
     hint = {
         401: "the token was refused: check the token variable (and that it has not expired)",
         403: "the token may not do this: it needs pull-requests: write (GitHub) or api scope (GitLab)",
         404: "no such repository, or the token cannot see it: check kope_forge_repo and kope_forge_url",
     }.get(status or 0, "")
+    if "base invalid" in str(message):
+        hint = "the target branch is not on the forge: set ini kope_pr_base to one of its branches"
     text = f"{where}: HTTP {status}: {message}" if status else f"{where}: {type(e).__name__}: {message}"
     return redact(f"{text}{'; ' + hint if hint else ''}", settings.token)
 
@@ -224,6 +232,10 @@ class GitHubForge:
     def _call(self, what: str, call: Callable[[], Any]) -> Any:
         return retrying(self.settings, what, call, self.say)
 
+    def default_branch(self) -> str:
+        """The repository's default branch, as the forge says."""
+        return str(self._call("reading the repository's default branch", lambda: self.repo.default_branch))
+
     def _open_for(self, head: str) -> Any | None:
         found = self._call(
             f"listing pull requests for {head}",
@@ -273,6 +285,13 @@ class GitLabForge:
 
     def _call(self, what: str, call: Callable[[], Any]) -> Any:
         return retrying(self.settings, what, call, self.say)
+
+    def default_branch(self) -> str:
+        """The project's default branch, as the forge says."""
+        project = self._call(
+            "reading the project's default branch", lambda: self.client.projects.get(self.settings.repo)
+        )
+        return str(project.default_branch or "")
 
     def attach(self, name: str, data: bytes) -> str:
         """Upload a file to the project; the Markdown that shows it."""

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from . import plot, prbody, report
+from . import plot, prbase, prbody, report
 from .errors import ConfigError, ForgeError
 from .forge import ForgeSettings, make_forge, redact
 from .hardware import describe
@@ -50,8 +50,11 @@ class Publisher:
         self.settings: ForgeSettings | None = None
         self.results: dict[str, dict[str, Any]] = {}
         self.env: dict[str, str] = {}
+        self.pr_base = ""
         if vcs is not None and self.remote:
             self._resolve_forge()
+        if vcs is not None and self.pr and self.remote:
+            self.pr_base = self._resolve_pr_base()
 
     def _resolve_forge(self) -> None:
         assert self.vcs is not None
@@ -71,6 +74,19 @@ class Publisher:
             self.settings = None  # pushing needs no forge: git's own credentials, if any
         if self.settings is not None:
             self.env = self.settings.git_auth_env(url)
+
+    def _resolve_pr_base(self) -> str:
+        """The pull requests' target branch, found before anything is optimized (or a usage error)."""
+        assert self.vcs is not None and self.remote and self.settings is not None
+        settings = self.settings
+        given = _option(self.config, "kope_pr_base")
+        return prbase.pr_base(
+            self.vcs,
+            self.remote,
+            str(given) if given else None,
+            os.environ,
+            lambda: make_forge(settings, self.say).default_branch(),
+        )
 
     def _secret(self, text: str) -> str:
         return redact(text, self.settings.token) if self.settings else text
@@ -217,15 +233,19 @@ class Publisher:
         sha: str,
         note: str,
     ) -> None:
-        assert self.settings is not None
+        assert self.settings is not None and self.vcs is not None and self.remote
         entry = self.results.setdefault(op.name, {})
+        off_target = prbase.not_on_target(self.vcs, self.remote, self.pr_base)
+        if off_target:  # the pull request would show the user's unpushed commits too: say so, there
+            self.say(f"kope {op.name}: {off_target}")
+            note = "; ".join(n for n in (note, off_target) if n)
         try:
             forge = make_forge(self.settings, self.say)
             evidence = self._evidence(op, verified, baseline, history, hw, branch, sha, note)
             evidence.plot = self._plot_markdown(forge, op.name, history)
             made = forge.review(
                 branch,
-                self._base_branch(),
+                self.pr_base,
                 prbody.title(evidence),
                 prbody.body(evidence),
                 prbody.comment(evidence),
@@ -309,21 +329,6 @@ class Publisher:
             else f"`{png}`"
         )
         return f"`{png.name}` is in the run's folder, `.kope/runs/{self.run_id}/`, among {where}."
-
-    def _base_branch(self) -> str:
-        given = _option(self.config, "kope_pr_base")
-        if given:
-            return str(given)
-        repo = self.vcs.repo
-        if not repo.head.is_detached:
-            return repo.active_branch.name
-        env = os.environ
-        for name in ("GITHUB_BASE_REF", "GITHUB_REF_NAME", "CI_COMMIT_BRANCH", "CI_DEFAULT_BRANCH"):
-            if env.get(name):
-                return env[name]
-        raise ConfigError(
-            "HEAD is detached, so the pull request's target branch is unknown: set ini kope_pr_base"
-        )
 
     # -- every operator ------------------------------------------------------------------------------
     def after(self, name: str, summary: dict[str, Any]) -> dict[str, Any]:

@@ -2,11 +2,14 @@
 for driving the real PyGithub and python-gitlab over real HTTP.
 
 GitHub (any base URL, as GitHub Enterprise):
+    GET   /repos/{owner}/{name}                           default_branch: `server.default_branch`
     GET   /repos/{owner}/{name}/pulls?state=open&head=owner:branch
-    POST  /repos/{owner}/{name}/pulls                     422 "already exists" for a second open one
+    POST  /repos/{owner}/{name}/pulls                     422 "already exists" for a second open one;
+                                                          422 base invalid when not in `server.branches`
     PATCH /repos/{owner}/{name}/pulls/{number}
     POST  /repos/{owner}/{name}/issues/{number}/comments
 GitLab (under /api/v4):
+    GET  /projects/{id}                                   default_branch: `server.default_branch`
     GET  /projects/{id}/merge_requests?source_branch=...&state=opened
     POST /projects/{id}/merge_requests, PUT /projects/{id}/merge_requests/{iid}
     POST /projects/{id}/merge_requests/{iid}/notes, POST /projects/{id}/uploads
@@ -53,6 +56,8 @@ class Failure:
 class ForgeServer:
     def __init__(self, token: str = "ghs_test_token_0123456789") -> None:
         self.token = token
+        self.default_branch = "main"
+        self.branches: set[str] | None = None  # the repository's branches, when a test names them
         self.pulls: list[Pull] = []
         self.uploads: list[str] = []
         self.failures: list[Failure] = []
@@ -104,6 +109,15 @@ class ForgeServer:
         }
 
     def github(self, method: str, path: str, query: dict[str, list[str]], body: Any) -> tuple[int, Any]:
+        whole = re.fullmatch(r"/repos/([^/]+)/([^/]+)", path)
+        if whole and method == "GET":
+            name = f"{whole.group(1)}/{whole.group(2)}"
+            return 200, {
+                "id": 1,
+                "name": whole.group(2),
+                "full_name": name,
+                "default_branch": self.default_branch,
+            }
         m = re.fullmatch(r"/repos/([^/]+/[^/]+)/(pulls|issues)(?:/(\d+))?(/comments)?", path)
         if not m:
             return 404, {"message": "Not Found"}
@@ -116,6 +130,9 @@ class ForgeServer:
             if self.open_pulls(body["head"]):
                 error = {"resource": "PullRequest", "code": "custom"}
                 error["message"] = f"A pull request already exists for {owner}:{body['head']}."
+                return 422, {"message": "Validation Failed", "errors": [error]}
+            if self.branches is not None and body["base"] not in self.branches:  # as GitHub answers
+                error = {"resource": "PullRequest", "field": "base", "code": "invalid"}
                 return 422, {"message": "Validation Failed", "errors": [error]}
             pull = Pull(len(self.pulls) + 1, body["head"], body["base"], body["title"], body.get("body", ""))
             self.pulls.append(pull)
@@ -146,6 +163,13 @@ class ForgeServer:
         }
 
     def gitlab(self, method: str, path: str, query: dict[str, list[str]], body: Any) -> tuple[int, Any]:
+        whole = re.fullmatch(r"/api/v4/projects/([^/]+)", path)
+        if whole and method == "GET":
+            return 200, {
+                "id": 1,
+                "path_with_namespace": unquote(whole.group(1)),
+                "default_branch": self.default_branch,
+            }
         m = re.fullmatch(r"/api/v4/projects/([^/]+)/(merge_requests|uploads)(?:/(\d+))?(/notes)?", path)
         if not m:
             return 404, {"message": "404 Not Found"}

@@ -113,3 +113,22 @@ def test_settings_from_ci_environment_and_remote_url() -> None:
     assert auth["GIT_CONFIG_KEY_0"] == "http.https://ghe.example/.extraheader"
     assert auth["GIT_CONFIG_VALUE_0"].startswith("AUTHORIZATION: basic ")
     assert redact("refused s3cr3t here", "s3cr3t") == "refused *** here"
+
+
+def test_a_target_branch_the_forge_lacks_is_named_in_the_error(forge_server: ForgeServer) -> None:
+    forge_server.branches = {"main"}
+    forge = make_forge(settings(forge_server), lambda line: None)
+    with pytest.raises(ForgeError) as e:
+        forge.review("kope/scale", "master", "t", "b", "")
+    message = str(e.value)
+    assert "HTTP 422: Validation Failed (base invalid)" in message and "set ini kope_pr_base" in message
+    assert not forge_server.pulls and forge.review("kope/scale", "main", "t", "b", "").created
+
+
+def test_the_default_branch_as_each_forge_says(forge_server: ForgeServer) -> None:
+    forge_server.default_branch = "trunk"
+    for kind in ("github", "gitlab"):
+        assert make_forge(settings(forge_server, kind), lambda line: None).default_branch() == "trunk"
+    forge_server.fail("GET", r"/repos/acme/ops$", 404)
+    with pytest.raises(ForgeError, match=r"reading the repository's default branch: .*HTTP 404"):
+        make_forge(settings(forge_server), lambda line: None).default_branch()

@@ -64,7 +64,7 @@ def published(pytester: pytest.Pytester, tmp_path: Path, forge_server: ForgeServ
     remote = tmp_path / "remote.git"
     git(tmp_path, "init", "-q", "--bare", "-b", "main", str(remote))
     git(root, "remote", "add", "origin", str(remote))
-    git(root, "push", "-q", "origin", "main")
+    git(root, "push", "-q", "-u", "origin", "main")  # main's upstream: the pull requests' target
     forge_server.token = TOKEN
     for name, value in {
         "GITHUB_TOKEN": TOKEN,
@@ -250,3 +250,91 @@ def test_two_runs_on_one_repo_at_once_both_finish(pytester: pytest.Pytester, op_
     assert {r["run_id"] for r in reports} <= {row[0] for row in db.execute("SELECT id FROM runs")}
     assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     assert len(git(op_repo, "worktree", "list").splitlines()) == 1
+
+
+def test_a_local_master_pushed_as_main_gets_its_pull_request_into_main(
+    pytester: pytest.Pytester, published, forge_server: ForgeServer, tmp_path: Path
+) -> None:
+    root, remote = published
+    git(root, "branch", "-m", "main", "master")
+    git(root, "push", "-q", "-u", "origin", "master:main")  # the remote has main, and no master
+    forge_server.branches = {"main"}  # a pull request into any other branch is refused, as GitHub does
+    forge_server.default_branch = "trunk"  # only the upstream names main
+    winner = replay_dir(tmp_path, "o1", passes(1, "-O2 -march=native"), "compile at -O2")
+    result = optimize(
+        pytester, "--kope-agent", winner, "--kope-budget", "1", "--kope-push", "origin", "--kope-pr"
+    )
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines(["*kope scale: opened pull request #1*"])
+    posted = [
+        body
+        for method, path, _, body in forge_server.requests
+        if (method, path) == ("POST", "/repos/acme/ops/pulls")
+    ]
+    assert [(b["head"], b["base"]) for b in posted] == [("kope/scale", "main")]
+    assert not [p for _, p, _, _ in forge_server.requests if p == "/repos/acme/ops"]  # git knew it
+    # The winner is built on the commit the run started from, the one origin/main holds.
+    head = git(root, "rev-parse", "master").strip()
+    assert git(root, "rev-parse", "kope/scale~1").strip() == head
+    assert f"Kope-Base: {head}" in git(root, "log", "-1", "--format=%B", "kope/scale")
+    assert git(root, "branch", "--show-current").strip() == "master"
+
+
+def test_no_target_branch_stops_the_run_before_it_starts_and_the_ini_names_one(
+    pytester: pytest.Pytester, published, forge_server: ForgeServer, tmp_path: Path
+) -> None:
+    root, _ = published
+    git(root, "branch", "-m", "main", "dev")
+    git(root, "branch", "--unset-upstream")  # no upstream, no origin/HEAD, and origin has no dev
+    forge_server.fail("GET", r"/repos/acme/ops$", 404)
+    result = optimize(pytester, "--kope-agent", "tuner", "--kope-push", "origin", "--kope-pr")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()
+    (line,) = [ln for ln in result.stderr.lines if "kope_pr_base" in ln]
+    assert (
+        "dev has no upstream on origin" in line and "HTTP 404" in line and "origin has no branch dev" in line
+    )
+    assert "Traceback" not in result.stderr.str() + result.stdout.str()
+    assert not list(root.glob(".kope/runs/*/report.json")) and not forge_server.pulls
+
+    from pytest_kope.publish import Publisher
+    from pytest_kope.vcs import Vcs
+
+    (root / "pytest.ini").write_text((root / "pytest.ini").read_text() + "kope_pr_base = main\n")
+    config = pytester.parseconfig("--kope-pr")
+    forge_server.fail("GET", r"/repos/acme/ops$", 404)  # not asked: the ini answers
+    publisher = Publisher(config, Vcs.find(root), "r1", "kope/", tmp_path / "run", None)
+    assert publisher.pr_base == "main"
+    assert [p for _, p, _, _ in forge_server.requests].count("/repos/acme/ops") == 1
+
+
+def test_outside_git_the_run_says_so_at_the_start_and_keeps_each_winners_file(
+    pytester: pytest.Pytester, tmp_path: Path
+) -> None:
+    source = passes(8, "-O0").replace(
+        "// kope: flags -O0\n", "// kope: param PASSES = 8 | 1\n// kope: flags -O0 | -O2\n"
+    )
+    source = source.replace("pass < 8", "pass < PASSES")
+    root = make_op_repo(pytester.path, source, SCALE_TEST, commit=False)  # not a git repository
+    folder = tmp_path / "cands" / "scale"
+    folder.mkdir(parents=True)
+    (folder / "fast.c").write_text(source)
+    (folder / "fast.json").write_text(
+        json.dumps({"params": {"PASSES": 1, "flags": "-O2"}, "idea": "one pass"})
+    )
+    result = optimize(pytester, "--kope-agent", f"replay:{folder.parent}", "--kope-budget", "2")
+    assert result.ret == 0, result.stdout.str()
+    out = result.stdout.lines
+    start = next(i for i, ln in enumerate(out) if ln.startswith("kope: run "))
+    assert out[start + 1].startswith(f"kope: winners will not be committed (no git repository at {root}):")
+    data = report_of(root)
+    (op,) = data["operators"]
+    kept = root / ".kope" / "runs" / data["run_id"] / "scale" / "scale.c"
+    assert op["verified"] and op["winner_file"] == str(kept), op["note"]
+    assert op["note"] == (
+        f"verified, not committed: no git repository at {root}; "
+        f"the winner's file (its values baked in) is {kept}"
+    )
+    result.stdout.fnmatch_lines([f"*{op['note']}*"])
+    baked = kept.read_text()
+    assert "// kope: param PASSES = 1 | 8" in baked and "// kope: flags -O2 | -O0" in baked
+    assert "#define PASSES 1" in baked and (root / "scale" / "scale.c").read_text() == source

@@ -10,8 +10,12 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from forge_server import ForgeServer, forge_server_fixture  # noqa: F401
 from op_repos import git
 
+from pytest_kope.errors import ConfigError
+from pytest_kope.forge import ForgeSettings, make_forge
+from pytest_kope.prbase import pr_base
 from pytest_kope.vcs import ZERO, Vcs
 
 
@@ -206,3 +210,64 @@ def test_concurrent_runs_lose_no_commit(tmp_path: Path, runs: int) -> None:
     assert made <= reachable  # every commit either run made is on a kope/* branch
     assert not git(work, "branch", "--list", "kope/op-*").strip()  # the lock serialized them: one line
     assert len(git(work, "worktree", "list").splitlines()) == 1
+
+
+# -- the pull request's target branch -----------------------------------------------------------------
+def never_asked() -> str:
+    raise AssertionError("the forge was asked, though git knew the answer")
+
+
+def test_the_pull_requests_target_is_the_local_branchs_name_on_the_remote(tmp_path: Path) -> None:
+    work, remote = repo_with_remote(tmp_path)
+    git(work, "branch", "-m", "main", "master")
+    git(work, "push", "-q", "-u", "origin", "master:main")  # master was pushed as main
+    vcs = Vcs.find(work)
+    assert pr_base(vcs, "origin", None, {}, never_asked) == "main"
+    assert pr_base(vcs, "origin", "release", {}, never_asked) == "release"  # ini kope_pr_base first
+    git(work, "remote", "add", "fork", str(remote))
+    git(work, "fetch", "-q", "fork")
+    with pytest.raises(ConfigError):  # its upstream is on origin, not on the remote pushed to
+        pr_base(vcs, "fork", None, {}, lambda: "")
+    git(remote, "branch", "-m", "main", "trunk")  # the upstream went away on the remote
+    git(work, "fetch", "-q", "--prune", "origin")
+    assert "origin/main: gone" in git(work, "branch", "-vv")
+    assert pr_base(vcs, "origin", None, {}, lambda: "trunk") == "trunk"
+
+
+def test_the_remotes_default_branch_from_git_then_from_the_forge(
+    tmp_path: Path, forge_server: ForgeServer
+) -> None:
+    work, _ = repo_with_remote(tmp_path)
+    git(work, "branch", "-m", "main", "dev")  # no upstream, and the remote has no dev
+    vcs = Vcs.find(work)
+    git(work, "remote", "set-head", "origin", "main")  # refs/remotes/origin/HEAD, as a clone has it
+    assert pr_base(vcs, "origin", None, {}, never_asked) == "main"
+    git(work, "remote", "set-head", "origin", "--delete")
+    settings = ForgeSettings("github", forge_server.url, "acme/ops", forge_server.token, attempts=1)
+    forge_server.default_branch = "trunk"
+    assert pr_base(vcs, "origin", None, {}, make_forge(settings, print).default_branch) == "trunk"
+    lab = ForgeSettings("gitlab", forge_server.url, "acme/ops", forge_server.token, attempts=1)
+    assert pr_base(vcs, "origin", None, {}, make_forge(lab, print).default_branch) == "trunk"
+
+
+def test_no_target_branch_is_one_line_naming_the_ini_option(
+    tmp_path: Path, forge_server: ForgeServer
+) -> None:
+    work, _ = repo_with_remote(tmp_path)
+    git(work, "branch", "-m", "main", "dev")
+    vcs = Vcs.find(work)
+    bad = ForgeSettings("github", forge_server.url, "acme/ops", "ghp_not_it", attempts=1)
+    with pytest.raises(ConfigError) as e:
+        pr_base(vcs, "origin", None, {}, make_forge(bad, print).default_branch)
+    message = str(e.value)
+    assert "\n" not in message and "ghp_not_it" not in message
+    assert message.startswith("--kope-pr: the pull request's target branch is unknown (dev has no upstream")
+    assert "HTTP 401" in message and "origin has no branch dev" in message
+    assert message.endswith("set ini kope_pr_base to a branch of origin")
+    git(work, "push", "-q", "origin", "dev")  # now the remote has a branch of the local name
+    assert pr_base(vcs, "origin", None, {}, make_forge(bad, print).default_branch) == "dev"
+    git(work, "checkout", "-q", "--detach")
+    detached = Vcs.find(work)
+    assert pr_base(detached, "origin", None, {"GITHUB_REF_NAME": "main"}, never_asked) == "main"
+    with pytest.raises(ConfigError, match=r"HEAD is detached and \$GITHUB_BASE_REF.*kope_pr_base"):
+        pr_base(detached, "origin", None, {}, lambda: "")
