@@ -59,5 +59,11 @@ class ForgeError(KopeError):
     repository, or still failing after the retries. Reported for that operator; the run goes on."""
 
 
+class Interrupted(KeyboardInterrupt):
+    """The run was interrupted (Ctrl-C, SIGTERM): raised where a judging child would start or was
+    killed, so the judgement in progress ends with no verdict. A KeyboardInterrupt, not a KopeError:
+    no `except Exception` in the judge mistakes it for a candidate's or a server's failure."""
+
+
 class GuardViolation(AssertionError):
     """A kernel call broke the oracle's rules (unwritten output, mutated input, FP state left changed)."""

@@ -38,9 +38,10 @@ def each(items: Sequence[T], work: Callable[[T, int], None], concurrency: int) -
     the number of items not yet started, this one included. The first exception is raised once the
     items in flight have finished (none is started after it).
 
-    The threads are daemons and the caller waits in short joins: Ctrl-C stops the run at once, as it
-    does with one operator; what a thread had in flight dies with the process (every graph write is
-    one transaction, every judging child dies with its parent).
+    The threads are daemons and the caller waits in short joins, so a signal's handler runs at once.
+    Interrupted (session/interrupt.py), every judging child is killed and each thread in flight ends
+    with `Interrupted`, raised here once they have; none starts after it. Whatever a thread had in
+    flight leaves the graph whole: every graph write is one transaction.
     """
     turns = Turns(len(items))
     if concurrency <= 1 or len(items) <= 1:

@@ -33,6 +33,7 @@ class Stop(str, Enum):
     NOT_TIMED = "not_timed"  # nothing to time (no performance test, or no timer here): no search
     NOT_REACHED = "not_reached"  # the run's time budget ran out before this operator began
     ERROR = "error"  # the operator stopped on an error (broken baseline, missing toolchain)
+    INTERRUPTED = "interrupted"  # the run was interrupted (Ctrl-C, SIGTERM) before this operator ended
 
 
 SHORT = {
@@ -44,6 +45,7 @@ SHORT = {
     Stop.NOT_TIMED: "not timed",
     Stop.NOT_REACHED: "not reached",
     Stop.ERROR: "error",
+    Stop.INTERRUPTED: "interrupted",
 }
 
 # Before anything is measured in this run: what an operator's baseline, and one evaluation, take here.

@@ -87,6 +87,7 @@ class Launcher:
         if len(seeds) > max(1, self.plan.seeds):  # more seeds than the servers collected slots for
             return None
         server = self.pool.acquire()
+        sandbox.check_stopping()  # servers turned off by an interruption are no fault to report
         if server is None and self.pool.broken and not self.notes:
             self.notes.append(f"fork servers off, judging in fresh processes: {self.pool.broken[:2000]}")
         return server

@@ -106,16 +106,20 @@ class Judge:
         self._forget()
         self.committed = candidate
         folder = Path(tempfile.mkdtemp(prefix=f"kope-{self.plan.operator.name}-calls-"))
-        judged = self._everywhere(candidate, self._draw_seeds(), record=folder)
-        if judged.outcome == Outcome.INCORRECT and _only_seeded(judged):
-            # the committed kernel fails a test only on some fresh inputs: the test is flaky there
-            first = judged
+        try:
             judged = self._everywhere(candidate, self._draw_seeds(), record=folder)
-            if judged.outcome.correct:
-                judged.notes += [
-                    f"flaky test: {t} fails the committed kernel with --kope-seed {s}; fix its tolerance"
-                    for t, s in sorted(set(first.failed_runs))
-                ]
+            if judged.outcome == Outcome.INCORRECT and _only_seeded(judged):
+                # the committed kernel fails a test only on some fresh inputs: the test is flaky there
+                first = judged
+                judged = self._everywhere(candidate, self._draw_seeds(), record=folder)
+                if judged.outcome.correct:
+                    judged.notes += [
+                        f"flaky test: {t} fails the committed kernel with --kope-seed {s}; fix its tolerance"
+                        for t, s in sorted(set(first.failed_runs))
+                    ]
+        except BaseException:  # an interruption: the folder is no recording yet, nothing else removes it
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
         if judged.outcome.correct and (folder / "manifest.json").exists():
             self.recording = Recording.take(folder)
             notes = folder / "notes.json"

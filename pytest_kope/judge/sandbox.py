@@ -12,13 +12,14 @@ import resource
 import shutil
 import signal
 import subprocess
+import threading
 import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import ConfigError
+from ..errors import ConfigError, Interrupted
 
 SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE|SESSION", re.I)
 # where programs, libraries and the locale are on the machine a child runs on (each node has its own)
@@ -46,6 +47,33 @@ class Limits:
     device: bool = False
     file_size: int = 1 << 30
     processes: int = 256
+
+
+_live: dict[int, Started] = {}  # every started child not yet killed, by id(): what `stop_all` kills
+_stopping = threading.Event()
+
+
+def stop_all() -> None:
+    """The run is interrupted: no child starts from now on, and every live one is killed with its
+    process group and cgroup (a fork server's jail with it). Safe in a signal handler: no lock."""
+    _stopping.set()
+    for started in list(_live.values()):
+        try:
+            os.killpg(started.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        sweep(started.cgroup, set())
+
+
+def allow_starts() -> None:
+    """A new run in this process: children may start again (after an earlier run's `stop_all`)."""
+    _stopping.clear()
+
+
+def check_stopping() -> None:
+    """Raise `Interrupted` once the run is interrupted: a judgement cut short yields no verdict."""
+    if _stopping.is_set():
+        raise Interrupted("the run was interrupted")
 
 
 @dataclass
@@ -226,6 +254,7 @@ def start(
     `die_with_parent` kills the jail when the *thread* that started it ends (PR_SET_PDEATHSIG): off
     for a process that outlives the thread starting it (a fork server, which ends when its pipe does).
     """
+    check_stopping()
     jail, _ = bubblewrap()
     cwd = cwd or work
     full = list(cmd)
@@ -252,7 +281,11 @@ def start(
             preexec_fn=confine,
             pass_fds=tuple(pass_fds),
         )  # noqa: PLW1509
-    return Started(proc, cgroup, bool(jail), log, time.monotonic())
+    started = _live[id(proc)] = Started(proc, cgroup, bool(jail), log, time.monotonic())
+    if _stopping.is_set():  # interrupted while it started: `stop_all` may have missed it
+        kill(started)
+        check_stopping()
+    return started
 
 
 def wait(started: Started, timeout: float | None) -> Finished:
@@ -263,6 +296,7 @@ def wait(started: Started, timeout: float | None) -> Finished:
     except subprocess.TimeoutExpired:
         timed_out = True
     kill(started)
+    check_stopping()  # killed by `stop_all`, or its verdict would come too late to be recorded
     output = started.log.read_bytes()[-20000:].decode(errors="replace")
     code = proc.returncode
     if started.jailed and 128 < code < 128 + 65:  # bwrap reports its child's death by signal N as 128+N
@@ -274,6 +308,7 @@ def kill(started: Started) -> None:
     """Kill the process group and everything in its cgroup, then remove the cgroup."""
     _kill_all(started.proc.pid, started.cgroup)
     started.proc.wait()
+    _live.pop(id(started.proc), None)
     _remove_cgroup(started.cgroup)
     started.cgroup = None
 

@@ -27,6 +27,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from ..errors import Interrupted
 from . import sandbox
 
 
@@ -136,11 +137,13 @@ class ForkServer:
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([self.replies], [], [], left)[0]:
                 self.stop()
+                sandbox.check_stopping()
                 raise ServerDied(f"the fork server did not answer within {timeout:.0f} s")
             chunk = os.read(self.replies, 65536)
             if not chunk:
                 code = self._exit_status()
                 self.stop()
+                sandbox.check_stopping()  # killed by the interruption: no fresh process takes over
                 raise ServerDied(f"the fork server ended ({code})")
             self.buffer += chunk
         line, _, self.buffer = self.buffer.partition(b"\n")
@@ -211,6 +214,8 @@ class Pool:
             started = server.start()
         except Exception as e:  # noqa: BLE001 - a server that cannot start turns the servers off
             started, self.broken = False, f"the fork server could not start: {type(e).__name__}: {e}"
+        except Interrupted:  # the run is ending: the judgement that waits for it raises the same
+            started, self.broken = False, "the run was interrupted"
         if started:
             self.idle.put(server)
             return
