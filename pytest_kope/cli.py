@@ -2,6 +2,7 @@
 
     kope graph stats                 counts per table, per outcome, per agent; measured ceilings
     kope graph show OPERATOR         each task's attempts as a tree by parent links
+    kope graph check                 is the file sound? (exit 1 when damaged, with how to recover it)
     kope lessons [--operator X] [--limit N]
     kope export FILE.jsonl           the whole graph as JSON Lines (and the WAL folded into the file)
     kope import FILE.jsonl           merge an export (importing twice adds nothing)
@@ -9,7 +10,8 @@
     kope doctor [pytest args]        check a repo's operators without optimizing
 
 `--db PATH` (before or after the command) names the graph; default ./.kope/experience.db.
-Errors print one line naming the file and what to do, and exit with status 2.
+Errors print one line naming the file and what to do, and exit with status 2 (a damaged graph too:
+only `kope graph check` reads it, to say what is wrong).
 """
 
 from __future__ import annotations
@@ -38,12 +40,17 @@ def _parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     graph = sub.add_parser("graph", help="the graph: stats, or one operator's trajectory", parents=[common])
-    graph_sub = graph.add_subparsers(dest="graph_command", required=True, metavar="stats|show")
+    graph_sub = graph.add_subparsers(dest="graph_command", required=True, metavar="stats|show|check")
     graph_sub.add_parser("stats", help="counts per table, outcome and agent", parents=[common])
     show = graph_sub.add_parser(
         "show", help="an operator's attempts as a tree by parent links", parents=[common]
     )
     show.add_argument("operator")
+    graph_sub.add_parser(
+        "check",
+        help="check the file's integrity; exit 1 when damaged, with how to recover it",
+        parents=[common],
+    )
     lessons = sub.add_parser("lessons", help="lessons learned, most valuable first", parents=[common])
     lessons.add_argument("--operator", help="only lessons about this operator")
     lessons.add_argument("--limit", type=int, default=20, help="at most this many (default 20)")
@@ -93,12 +100,35 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _open(db_path: Path, create: bool = False) -> Any:
     from .memory import Graph
+    from .memory.opening import damage
 
     if not create and not db_path.is_file():
         raise KopeError(
             f"no experience graph at {db_path}; run `pytest --kope-optimize` first, or pass --db PATH"
         )
+    if found := damage(db_path):  # what a damaged file answers would be silently incomplete
+        raise KopeError(_damaged(db_path, found))
     return Graph(db_path)
+
+
+def _damaged(db_path: Path, found: str) -> str:
+    from .memory.opening import recovery
+
+    return (
+        f"{db_path} is damaged ({found}); the next `pytest --kope-optimize` moves it aside and starts"
+        f" a fresh graph; to keep what it holds: {recovery(db_path, None)}, then `kope import` that file"
+    )
+
+
+def _check(db_path: Path) -> int:
+    """`kope graph check`: the whole file's integrity, in one line; 0 when sound, 1 when damaged."""
+    from .memory.opening import damage
+
+    if not db_path.is_file():
+        raise KopeError(f"no experience graph at {db_path}; pass --db PATH")
+    found = damage(db_path, thorough=True)
+    print(f"kope: {_damaged(db_path, found)}" if found else f"kope: {db_path} is sound (integrity_check: ok)")
+    return 1 if found else 0
 
 
 def _run(args: argparse.Namespace, db_path: Path) -> int:
@@ -110,6 +140,8 @@ def _run(args: argparse.Namespace, db_path: Path) -> int:
         summary = ", ".join(f"{n} {k}" for k, n in sorted(added.items())) or "nothing new"
         print(f"imported {args.file} into {db_path}: {summary}")
         return 0
+    if args.command == "graph" and args.graph_command == "check":
+        return _check(db_path)
     with _open(db_path) as graph:
         if args.command == "export":
             graph.checkpoint()  # CI saves experience.db to its cache next: fold the write-ahead log in
@@ -194,12 +226,10 @@ def _show(graph: Any, operator: str) -> int:
 
 def _committed(graph: Any, task_id: int) -> str | None:
     """The candidate hash last committed for the task (`Graph.mark_committed`), if any."""
-    last = "a.task_id = ? AND o.kind = 'committed' ORDER BY o.id DESC LIMIT 1"
-    row = graph.one(
-        f"SELECT a.candidate_hash FROM observations o JOIN attempts a ON a.id = o.attempt_id WHERE {last}",
-        (task_id,),
-    )
-    return row["candidate_hash"] if row else None
+    from .memory.observe import last_committed
+
+    found = last_committed(graph, task_id)
+    return found["candidate_hash"] if found else None
 
 
 def _lessons(graph: Any, operator: str | None, limit: int) -> None:

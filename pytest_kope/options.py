@@ -95,6 +95,13 @@ def _output_options(g: Any, parser: pytest.Parser) -> None:
         dest="kope_no_commit",
         help="do not commit winners to git branches (report only)",
     )
+    g.addoption(
+        "--kope-no-wait",
+        action="store_true",
+        dest="kope_no_wait",
+        help="when another optimize run holds this repo's .kope/, stop at once (exit status 4) "
+        "instead of waiting for it to end",
+    )
     _option(g, parser, "kope-report", "also write the run's JSON report to this path", ini_type=None)
 
 
@@ -230,7 +237,10 @@ def _review_options(g: Any, parser: pytest.Parser) -> None:
         "kope_forge_repo", help="owner/name or GitLab project (default: $GITHUB_REPOSITORY, $CI_PROJECT_ID)"
     )
     parser.addini("kope_forge_token_env", help="name of the environment variable that holds the forge token")
-    parser.addini("kope_pr_base", help="branch pull requests target (default: the branch the run started on)")
+    parser.addini(
+        "kope_pr_base",
+        help="branch pull requests target (default: the current branch's upstream, else the remote's default)",
+    )
 
 
 def _toolchain_options(parser: pytest.Parser) -> None:

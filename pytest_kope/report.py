@@ -177,10 +177,13 @@ def _ratio(x: float) -> str:
 def closing_parts(operators: list[dict[str, Any]]) -> list[str]:
     """The parts of pytest's last line after an optimize run:
     ['kope: 8 operators', '6 verified winners (3.4x-66x)', '1 without a winner', '1 stopped']."""
-    winners = [o["speedup"] for o in operators if o.get("verified")]
+    winners = [o["speedup"] for o in operators if o.get("verified") and not o.get("already_committed")]
+    again = sum(bool(o.get("verified") and o.get("already_committed")) for o in operators)
     errors = sum("error" in o for o in operators)
+    failed = sum("search_failed" in o for o in operators)
     unreached = sum((o.get("stopped") or {}).get("reason") == "not_reached" for o in operators)
-    plain = len(operators) - len(winners) - errors - unreached
+    interrupted = sum(_was_interrupted(o) for o in operators)
+    plain = len(operators) - len(winners) - again - errors - unreached - interrupted
     span = ""
     if winners:
         lo, hi = min(winners), max(winners)
@@ -189,12 +192,22 @@ def closing_parts(operators: list[dict[str, Any]]) -> list[str]:
         "kope: " + _plural(len(operators), "operator", "operators"),
         _plural(len(winners), "verified winner", "verified winners") + span,
     ]
+    if again:
+        parts.append(f"{again} earlier winner{'s' if again > 1 else ''} verified again (already committed)")
     if plain:
         parts.append(f"{plain} without a winner")
     parts.append(f"{errors} stopped")
+    if failed:
+        parts.append(f"{failed} search{'es' if failed > 1 else ''} failed (see above)")
     if unreached:
         parts.append(f"{unreached} not reached (time budget)")
+    if interrupted:
+        parts.append(f"{interrupted} interrupted")
     return parts
+
+
+def _was_interrupted(o: dict[str, Any]) -> bool:
+    return (o.get("stopped") or {}).get("reason") == "interrupted"
 
 
 def install_closing_line(terminalreporter: Any, operators: list[dict[str, Any]]) -> None:
@@ -207,7 +220,7 @@ def install_closing_line(terminalreporter: Any, operators: list[dict[str, Any]])
     def build() -> tuple[list[tuple[str, dict[str, bool]]], str]:
         theirs, _ = original()
         theirs = [p for p in theirs if p[0] != "no tests ran"]
-        color = "red" if any("error" in o for o in operators) else "green"
+        color = "red" if any("error" in o or _was_interrupted(o) for o in operators) else "green"
         color = "yellow" if color == "green" and "warnings" in tr.stats else color
         return [(text, {color: True, "bold": i == 0}) for i, text in enumerate(parts)] + theirs, color
 

@@ -107,6 +107,11 @@ def operator_section(
         f"- Outcomes: {_outcomes(o)}",
         f"- Why the search stopped: {why}",
     ]
+    if busy := o.get("machine_busy"):
+        lines.append(
+            f"- How busy the machine was: others used {busy['median']:.0%} of it during the median"
+            f" timing, {busy['max']:.0%} at most ({busy['timings']} timings)"
+        )
     best = o.get("best") or {}
     if best.get("idea") and o.get("speedup", 1.0) > 1.0:
         params = " ".join(f"{k}={v}" for k, v in sorted((best.get("params") or {}).items()))

@@ -69,6 +69,7 @@ class Settings:
     ray_repo: str = "ship"  # how Ray workers get the operator repo: ship or shared
     jobs_given: bool = True  # --kope-jobs (or kope_jobs) was set; else an executor may choose
     operators: tuple[str, ...] = ()  # --kope-operator: only these operators; () for all collected
+    no_wait: bool = False  # --kope-no-wait: refuse, not wait, when another run holds the repo
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> Settings:
@@ -96,6 +97,7 @@ class Settings:
             ray_repo=str(setting(config, "kope_ray_repo", "ship")),
             jobs_given=setting(config, "kope_jobs", None) is not None,
             operators=tuple(config.getoption("kope_operator", None) or ()),
+            no_wait=bool(config.getoption("kope_no_wait", False)),
         )
         if s.budget < 1:
             raise ConfigError(f"--kope-budget must be at least 1, got {s.budget}")

@@ -80,19 +80,32 @@ def test_model_candidates_go_through_judging_to_a_verified_winner(pytester, op_r
     )
 
 
-@pytest.mark.parametrize("fault", ["garbage", "500"])
-def test_faults_end_in_a_clean_run_whose_report_explains(pytester, op_repo, server, monkeypatch, fault):
+@pytest.mark.parametrize("fault", ["garbage", "500", "unreachable"])
+def test_an_agent_that_proposes_nothing_for_its_faults_fails_the_run_and_says_why(
+    pytester, op_repo, server, monkeypatch, fault
+):
+    """The first fault on the terminal, the report's `search_failed`, exit status 1, and the closing
+    line never calls it green (a key with no reachable API once read "1 verified winner")."""
     bad = (
         garbage()
         if fault == "garbage"
         else status(500, {"type": "error", "error": {"type": "api_error", "message": "boom"}})
     )
     server.push(*[bad] * 12)
+    if fault == "unreachable":
+        server.stop()  # the key is set, the API is not there: connection refused
     result = run(pytester, server, monkeypatch, "--kope-budget", "2", "--kope-no-commit")
-    assert result.ret == 0, result.stdout.str()
+    out = result.stdout.str()
+    assert result.ret == 1, out
+    said = {"garbage": "malformed reply", "500": "HTTP 500", "unreachable": "connection error"}[fault]
+    line = next(x for x in out.splitlines() if "the claude agent proposed no candidate:" in x)
+    assert said in line, line
+    assert "1 search failed" in out.splitlines()[-1] and "0 verified winners" in out.splitlines()[-1], out
     data = report(pytester)
     assert data["usage"]["faults"], data["usage"]
-    assert data["operators"][0]["verified"] is False
+    (op,) = data["operators"]
+    assert op["verified"] is False and said in op["search_failed"], op
+    assert op["stopped"]["reason"] == "error", op["stopped"]
 
 
 def test_tuner_sweeps_the_knobs_a_model_candidate_declares(pytester, op_repo, server, monkeypatch):

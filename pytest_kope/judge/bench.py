@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import GuardViolation
 from ..flops import count_flops
 from ..toolchains.base import IN, INOUT, OUT, SCALAR, Kernel, KernelFunction, Timer
-from . import procstate, timing
+from . import contention, procstate, timing
 from .arrays import DEFAULT_RTOL
 from .guards import GuardedFunction, PoisonOutputs
 from .outcome import Timing
@@ -88,8 +88,7 @@ class Bench:
         work = self._work(fn, args)  # before any call: a marker that cannot count fails at once
         rotation = None
         if ref is not None and self.outputs_unread:
-            # in a forked timing child the arguments are the fork server's pages: poisoning the
-            # caller's outputs faulted in a copy (64 MiB: ~0.1 s) that nothing read again
+            # the arguments are the fork server's pages: poisoning them faulted in copies nothing read
             rotation = Rotation(args, roles)
             # the test's own inputs, exactly; outputs poisoned unless the call's own guard does it
             poisons = any(isinstance(g, PoisonOutputs) for g in function.active_guards)
@@ -104,20 +103,21 @@ class Bench:
             self.session.plain.append(BenchRecord(self.nodeid, fn.name, stats, moved))
             return stats
         gain = self.session.min_gain
-        paired = timing.measure_paired(
-            ref.functions[fn.name].raw,
-            fn.raw,
-            args,
-            clock,
-            sync,
-            roles=roles,
-            rtol=self.session.rtol,
-            stop=timing.decided(gain) if gain is not None else None,
-            rotation=rotation,
-            between=lambda candidate: _unchanged(
-                state, f"kernel {fn.name}()" if candidate else f"the reference kernel's {fn.name}()"
-            ),
-        )
+        with contention.Window() as load:  # how busy the machine was meanwhile
+            paired = timing.measure_paired(
+                ref.functions[fn.name].raw,
+                fn.raw,
+                args,
+                clock,
+                sync,
+                roles=roles,
+                rtol=self.session.rtol,
+                stop=timing.decided(gain) if gain is not None else None,
+                rotation=rotation,
+                between=lambda candidate: _unchanged(
+                    state, f"kernel {fn.name}()" if candidate else f"the reference kernel's {fn.name}()"
+                ),
+            )
         self.session.kernel_s += paired.kernel_s
         _unchanged(state, f"kernel {fn.name}() or the reference kernel it was timed with")
         ratio, cand_stats = paired.ratio, paired.candidate
@@ -130,6 +130,7 @@ class Bench:
             ratio.high,
             ratio.rounds,
             moved,
+            busy=load.others,
         )
         suspect = self._physics(record, work, paired.copies)
         self.session.paired.append(PairedRecord(record, suspect, paired.mismatch))

@@ -39,6 +39,7 @@ class Timing:
     rounds: int
     bytes_moved: int = 0
     bound_s: float = 0.0  # the shortest time this machine's measured ceilings allow the call (0: none)
+    busy: float | None = None  # share of the machine's CPU time others used meanwhile (`contention`)
 
     @property
     def of_medians(self) -> float:
@@ -90,6 +91,12 @@ class Judged:
         if not self.timings:
             return None
         return sum(t.reference_s for t in self.timings), sum(t.candidate_s for t in self.timings)
+
+    @property
+    def busy(self) -> float | None:
+        """The largest share of the machine others used during any of its timings (None: unknown)."""
+        known = [t.busy for t in self.timings if t.busy is not None]
+        return max(known) if known else None
 
     @property
     def time_s(self) -> float | None:

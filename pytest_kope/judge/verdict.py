@@ -119,7 +119,7 @@ def _timed(judged: Judged, run: _Run) -> None:
     for e in run.events:
         if e["event"] != "timing":
             continue
-        judged.timings.append(Timing(**{k: e[k] for k in Timing.__dataclass_fields__}))
+        judged.timings.append(Timing(**{k: e[k] for k in Timing.__dataclass_fields__ if k in e}))
         if e.get("mismatch"):
             judged.outcome = Outcome.INCORRECT
             judged.failures.append(

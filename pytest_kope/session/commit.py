@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import report
 from ..judge import plaincheck
 from ..judge.outcome import Outcome
+from ..memory.observe import last_committed
 from .decide import verify
 
 if TYPE_CHECKING:
@@ -26,6 +28,7 @@ def conclude(s: KopeSession, loop: OperatorLoop, p: Progress, seconds: float) ->
     verified: Judged | None = None
     branch = commit = None
     note = ""
+    earlier = last_committed(s.graph, loop.task)  # before this run commits anything
     extra: dict[str, Any] = {"timed_rtol": dict(zip(("rtol", "from"), loop.judge.timed_rtol, strict=True))}
     if p.incumbent is not p.baseline and not s.clock.can_verify():
         note = (
@@ -46,6 +49,12 @@ def conclude(s: KopeSession, loop: OperatorLoop, p: Progress, seconds: float) ->
                 s.graph.mark_committed(loop.task, verified.candidate.hash, branch, commit)
         elif verified is not None:
             note = f"verified, not committed: {s.no_commit_why}"
+        if verified is not None and branch is None:  # on no branch: the file a commit would hold
+            kept = s.run_dir / op.name / Path(op.source).name
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            kept.write_text(baked)
+            extra["winner_file"] = str(kept)
+            note += f"; the winner's file (its values baked in) is {kept}"
     summary = report.operator_summary(
         op,
         p.baseline,
@@ -60,6 +69,11 @@ def conclude(s: KopeSession, loop: OperatorLoop, p: Progress, seconds: float) ->
         seconds,
     )
     summary.update(extra)
+    if busy := _machine_busy([*p.history, *([verified] if verified else [])]):
+        summary["machine_busy"] = busy
+    if verified is not None and earlier and earlier["candidate_hash"] == verified.candidate.hash:
+        # an earlier run's winner, verified again: not a new winner, whatever its branch gets now
+        summary["already_committed"] = {k: earlier.get(k) for k in ("branch", "commit")}
     summary.update(s.publisher.after(op.name, summary))
     if note:
         loop.say(note)
@@ -81,6 +95,9 @@ def _verify_committed(
     )
     if verified is None:
         return None, "", note
+    for line in verified.notes:  # timed again, or on a busy machine: the reader should know
+        if line.startswith("timed "):
+            loop.say(line)
     verified.candidate = inc  # measured as the committed file; named as the search found it
     plain = plaincheck.run(loop.plan, loop.op.source, baked, *((s.vcs.top, s.vcs.base) if s.vcs else ()))
     extra["plain_pytest"] = plain.to_json()
@@ -90,3 +107,11 @@ def _verify_committed(
         p.incumbent.failures.insert(0, plain.line())
         return None, "", f"not committed: {plain.line()}"
     return verified, baked, note
+
+
+def _machine_busy(judged: list[Judged]) -> dict[str, Any] | None:
+    """How much of the machine others used during the operator's timings (`judge/contention.py`)."""
+    seen = sorted(t.busy for j in judged for t in j.timings if t.busy is not None)
+    if not seen:
+        return None
+    return {"median": round(seen[len(seen) // 2], 3), "max": round(seen[-1], 3), "timings": len(seen)}

@@ -19,7 +19,7 @@ from ..judge.outcome import Judged
 from ..judge.runner import Plan
 from ..scheduler import OneAtATime
 from ..toolchains import toolchain_of
-from .loop import measure_ceilings
+from .ceilings import measure_ceilings
 
 if TYPE_CHECKING:
     from .session import KopeSession, OperatorRun

@@ -27,6 +27,7 @@ from ..spec import FLAGS, parse_spec
 from ..stopping import Slot, Stop, StopRule, stopped
 from ..toolchains import toolchain_of
 from ..toolchains.base import Toolchain, judging_env
+from .ceilings import measure_ceilings, remeasured_ceilings
 from .commit import conclude
 from .decide import judge_batch
 
@@ -73,33 +74,6 @@ def plan_for(s: KopeSession, run: OperatorRun) -> tuple[Plan, Toolchain]:
     )
     s.concurrency.share(plan)  # the executor and node; timing devices shared by operators at once
     return plan, tc
-
-
-def measure_ceilings(s: KopeSession, tc: Toolchain) -> dict[str, Any] | None:
-    """This machine's measured memory and FMA ceilings, for kernels timed on the host CPU."""
-    if not tc.timed_on_host:  # the seam for a device probe: any Ceilings record bounds the timings
-        s.say(f"kope: {tc.name} timings are not bound by physics: no probe measures this device's ceilings")
-        return None
-    from ..judge.physics import PhysicsProbeFailed, ceilings_for
-
-    fresh = not s.ceilings_measured  # measured again once a run: ceilings only rise
-    s.ceilings_measured = True
-    try:
-        found = ceilings_for(s.graph, tc.fingerprint(), s.kope_base / "builds", refresh=fresh)
-        return found.to_json()
-    except PhysicsProbeFailed as e:
-        s.say(f"kope: no physical bound on timings: {e}", red=True)
-        return None
-
-
-def remeasured_ceilings(s: KopeSession, tc: Toolchain) -> dict[str, Any] | None:
-    """The ceilings measured once more before a `suspect` verdict stands: a probe that ran while the
-    machine was busy (or in its slow memory regime) measures them low, and an honest kernel then seems
-    faster than physics. The probe runs again once a run; later calls get the stored, risen figures."""
-    with s.probing:
-        if not s.ceilings_remeasured:
-            s.ceilings_remeasured, s.ceilings_measured = True, False
-        return measure_ceilings(s, tc)
 
 
 def _nodeid(s: KopeSession, item: pytest.Item) -> str:
@@ -158,26 +132,31 @@ class OperatorLoop:
         self.hw = self.tc.fingerprint()
         self.task = s.graph.task_id(self.op.name, self.op.family, self.op.toolchain, self.hw)
         self.flaky: list[str] = []
+        self.progress: Progress | None = None  # the search so far: what an interrupted run reports
 
     def run(self) -> dict[str, Any]:
-        """Baseline, search, then verify and commit; the operator's summary."""
-        baseline = self._baseline()
-        info = self._info()
-        p = Progress(baseline, StopRule(self.s.settings.budget, self._patience(), self.slot))
-        if self.can_time:
-            self._resume(p)
-            self._search(p, info)
-        else:
-            p.rule.stop(Stop.NOT_TIMED, self.timer.why_not or "no performance test selected")
-        why = p.rule.why or stopped(Stop.BUDGET)
-        if why["reason"] != Stop.NOT_TIMED:
-            self.say(f"search stopped: {why['detail']}")
+        """Baseline, search, then verify and commit; the operator's summary. However it ends (an
+        interruption too), the judge closes: its children, servers and temporary folders are gone."""
         try:
+            baseline = self._baseline()
+            info = self._info()
+            rule = StopRule(self.s.settings.budget, self._patience(), self.slot)
+            p = self.progress = Progress(baseline, rule)
+            if self.can_time:
+                self._resume(p)
+                self._search(p, info)
+            else:
+                p.rule.stop(Stop.NOT_TIMED, self.timer.why_not or "no performance test selected")
+            why = p.rule.why or stopped(Stop.BUDGET)
+            if why["reason"] != Stop.NOT_TIMED:
+                self.say(f"search stopped: {why['detail']}")
             summary = conclude(self.s, self, p, time.monotonic() - self.started)
             summary["flaky_tests"] = self.flaky  # the tests to fix, with the seeds that show it
             summary["seconds"] = round(time.monotonic() - self.started, 1)  # verification included
             summary["fixed_input_tests"] = baseline.fixed_inputs  # tests that make their own inputs
             summary["stopped"] = why
+            if why["reason"] == Stop.ERROR:  # the search itself failed: the run's status says so
+                summary["search_failed"] = why["detail"]
             return summary
         finally:
             for note in self.judge.notes:
@@ -328,7 +307,7 @@ class OperatorLoop:
         if not isinstance(agent, Tuner):
             sweeper = Tuner(seed=s.config.stash[SEED], explore_rate=s.explore_rate)
         agents = [a for a in (agent, sweeper) if a is not None]
-        stalls = 0
+        stalls = proposed = 0
         while room := p.rule.room(s.batch()):
             left = s.settings.budget - p.rule.evaluations
             ctx = Context(
@@ -338,6 +317,7 @@ class OperatorLoop:
                 sweeper.propose(ctx, max(1, room // 2)) if sweeper and _declares_knobs(p.incumbent) else []
             )
             batch = swept + agent.propose(ctx, room - len(swept))
+            proposed += len(batch)
             known = [v for c in batch if self._seen(c.hash) and (v := s.graph.judged(self.task, c.hash))]
             if known:  # judged in an earlier run: the agents learn from the record, no re-run
                 for a in agents:
@@ -347,9 +327,7 @@ class OperatorLoop:
                 stalls += 1
                 done = getattr(agent, "done", None)  # the tuner says when it has converged
                 if done or stalls >= 2:
-                    name = getattr(agent, "name", "agent")
-                    nothing = (Stop.AGENT_DONE, f"the {name} agent proposed nothing new")
-                    p.rule.stop(*((Stop.CONVERGED, done) if done else nothing))
+                    p.rule.stop(*((Stop.CONVERGED, done) if done else self._nothing_new(agent, proposed)))
                 continue
             judged = self._judge(p, batch)
             if not judged:  # the whole batch was lost to the machinery: the cluster is gone
@@ -359,6 +337,21 @@ class OperatorLoop:
             for a in agents:
                 a.observe(ctx, judged)
             self._progress_line(p)
+
+    def _nothing_new(self, agent: Any, proposed: int) -> tuple[Stop, str]:
+        """Why an agent proposed nothing: done, or, when it never proposed a candidate for this
+        operator and reported faults (an unreachable API, a refused key), an error naming the first."""
+        name = getattr(agent, "name", "agent")
+        usage = agent.usage() if hasattr(agent, "usage") else {}
+        mine = [f for f in usage.get("faults", []) if str(f).startswith(f"{self.op.name}: ")]
+        if proposed or not mine:
+            return Stop.AGENT_DONE, f"the {name} agent proposed nothing new"
+        first = mine[0].removeprefix(f"{self.op.name}: ")
+        self.say(f"the {name} agent proposed no candidate: {first}", red=True)
+        return (
+            Stop.ERROR,
+            f"the {name} agent proposed no candidate ({len(mine)} fault(s)); the first: {first}",
+        )
 
     def _progress_line(self, p: Progress) -> None:
         per_minute = 60 * p.rule.evaluations / max(1e-9, time.monotonic() - p.started)

@@ -21,10 +21,11 @@ import pytest
 from .. import report, report_formats
 from ..agents import explore_rate
 from ..agents.tuner import Tuner
-from ..errors import ConfigError, KopeError
+from ..errors import ConfigError, Interrupted, KopeError
 from ..hardware import label
 from ..judge import sandbox
-from ..operator import Operator, operator_of
+from ..memory.opening import GraphGuard
+from ..operator import Operator, operator_of, same_operator
 from ..paths import ensure_kope_dir, kope_home
 from ..scheduler import each
 from ..settings import Settings
@@ -32,7 +33,9 @@ from ..stopping import RunClock, Slot, Stop, stopped
 from ..toolchains import toolchain_of
 from .border import border
 from .concurrency import Concurrency
+from .interrupt import Interruption, interrupted_summary, not_started
 from .loop import OperatorLoop
+from .runlock import RunLock, say_others
 
 
 @dataclass
@@ -61,6 +64,9 @@ class KopeSession:
         self.probing = threading.Lock()  # operators at once: one probe at a time
         self.output = threading.Lock()  # operators at once write whole lines to the terminal
         self.concurrency = Concurrency(self)  # the executor, and operators at once (concurrency.py)
+        self.run_lock: RunLock | None = None  # this repo's one optimize run at a time (runlock.py)
+        self.interruption = Interruption(None)  # Ctrl-C and SIGTERM (interrupt.py)
+        self.graph_guard = GraphGuard(self.say)  # a damaged graph moved aside; SQLite errors in one line
 
     def batch(self) -> int:
         """Candidates per round: enough to keep every correctness worker busy twice."""
@@ -139,26 +145,60 @@ class KopeSession:
         for item in items:
             op = operator_of(item)
             if op is not None:
-                self.operators.setdefault(op.name, OperatorRun(op, [])).items.append(item)
+                run = self.operators.setdefault(op.name, OperatorRun(op, []))
+                same_operator(run.op, run.items[0].nodeid if run.items else "", op, item.nodeid)
+                run.items.append(item)
 
     def pytest_runtestloop(self, session: pytest.Session) -> bool:
         if session.config.option.collectonly:
             return False
         self.tw = session.config.pluginmanager.get_plugin("terminalreporter")
-        with border():
-            self._start()
-        if self.settings.check_only:
-            from ..doctor import check
-
-            session.testsfailed = check(self)
-            self.graph.close()
+        if not self.settings.check_only:
+            with Interruption(self.tw) as self.interruption:
+                self._optimize(session)
             return True
-        runs = list(self.operators.values())
-        self.concurrency.measure_ceilings_once(runs)
-        each(runs, self._operator, self.settings.concurrency)
-        session.testsfailed = sum("error" in run.summary for run in runs)
-        self._finish()
+        with border(), self.graph_guard.failing():
+            self._start()
+        from ..doctor import check
+
+        session.testsfailed = check(self)
+        self.graph.close()
         return True
+
+    def _optimize(self, session: pytest.Session) -> None:
+        """The optimize run. Interrupted (interrupt.py), it still writes the report of what was done,
+        each unfinished operator `interrupted`, and pytest's status is 2."""
+        stop = self.interruption
+        try:
+            with border(), self.graph_guard.failing():
+                self._start()
+        except Interrupted:  # while it waited for another run of this repo: nothing was started
+            session.shouldstop = f"kope: interrupted by {stop.why} while waiting; nothing was started"
+            return
+        runs = list(self.operators.values())
+        try:
+            self.concurrency.measure_ceilings_once(runs)
+            each(runs, self._operator, self.settings.concurrency)
+        except Interrupted:
+            pass  # each operator's summary says where the interruption found it
+        if stop.why:
+            not_started(runs)
+        session.testsfailed = sum("error" in run.summary or "search_failed" in run.summary for run in runs)
+        self._finish()
+        if stop.why:
+            session.shouldstop = stop.ending()  # pytest's closing "stopped" line
+        if self.run_lock is not None:
+            self.run_lock.release()
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if self.interruption.why:  # pytest's own status for an interrupted session
+            session.exitstatus = pytest.ExitCode.INTERRUPTED
+
+    def pytest_unconfigure(self) -> None:
+        self.interruption.close()
+        if self.run_lock is not None:  # also when the run ended on an error after taking it
+            self.run_lock.release()
 
     def _operator(self, run: OperatorRun, left: int) -> None:
         """One operator from baseline to commit; `left`: operators not started yet, this one included.
@@ -181,8 +221,14 @@ class KopeSession:
             self.say(f"kope {name}: not started: {why}")
             run.summary = {"name": name, "verified": False, "stopped": stopped(Stop.NOT_REACHED, why)}
             return
+        loop = None
         try:
-            run.summary = OperatorLoop(self.concurrency.view(), run, slot).run()
+            with self.graph_guard.failing():
+                loop = OperatorLoop(self.concurrency.view(), run, slot)
+                run.summary = loop.run()
+        except Interrupted:
+            run.summary = interrupted_summary(name, loop)
+            raise
         except KopeError as e:  # BaselineBroken, an unavailable toolchain, no correctness tests
             self.say(f"kope {name}: STOPPED: {e}", red=True)
             run.summary = {
@@ -206,6 +252,11 @@ class KopeSession:
                 f"kope: run {self.run_id}, agent {s.agent} ({self.agent.name}), budget {s.budget} "
                 f"evaluations per operator, {len(self.operators)} operator(s)"
             )
+            if self.no_commit_why:
+                self.say(
+                    f"kope: winners will not be committed ({self.no_commit_why}): each verified winner's "
+                    f"file goes to {self.run_dir}/<operator>/"
+                )
         self._toolchains()
         for line in sandbox.isolation_summary():
             self.say(f"kope: isolation: {line}")
@@ -228,7 +279,6 @@ class KopeSession:
 
     def _open_store(self) -> None:
         """The run's home, `.kope/`, the graph, the run folder, git and the publisher."""
-        from ..memory.graph import Graph
         from ..publish import Publisher
         from ..vcs import Vcs
 
@@ -240,7 +290,11 @@ class KopeSession:
         if warning:
             self.say(f"kope: {warning}", red=True)
         base = self.kope_base = ensure_kope_dir(home / ".kope")
-        self.graph = Graph(Path(s.db) if s.db else base / "experience.db")
+        if not s.check_only:  # `kope doctor` changes nothing: it needs no lock
+            self.run_lock = RunLock(base, self.run_id, home)
+            self.run_lock.acquire(wait=not s.no_wait, say=self.say)
+            say_others(self.run_lock.others_on_machine(), lambda line: self.say(line, red=True))
+        self.graph = self.graph_guard.open(Path(s.db) if s.db else base / "experience.db")
         self.run_dir = ensure_kope_dir(base) / "runs" / self.run_id
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.vcs = None if s.no_commit else Vcs.find(home)
@@ -271,7 +325,8 @@ class KopeSession:
     # -- the end ---------------------------------------------------------------------------------
     def _finish(self) -> None:
         usage = self.concurrency.close(self.agent)
-        self.graph.finish_run(self.run_id, usage)
+        with self.graph_guard.surviving():  # a graph failing now must not cost the run its report
+            self.graph.finish_run(self.run_id, usage)
         data = self._report_data(usage)
         paths = report_formats.write(self.run_dir, data, self.settings.report)
         if self.tw is not None:
@@ -279,14 +334,19 @@ class KopeSession:
             self.tw.write_line(report.final_table(data["operators"]))
             self.tw.write_line(f"kope: report {report_formats.said(paths)}")
             report.install_closing_line(self.tw, data["operators"])
-        self.graph.checkpoint()  # the WAL folded into the file, so a CI cache of experience.db is whole
+        with self.graph_guard.surviving():
+            self.graph.checkpoint()  # the WAL folded into the file, so a CI cache of experience.db is whole
         self.graph.close()
 
     def _report_data(self, usage: dict[str, Any]) -> dict[str, Any]:
         from ..memory.lessons import learned_in_run
 
         s = self.settings
-        ceilings = self.graph.ceilings(self.hardware) if self.hardware else None
+        ceilings, lessons = None, {}
+        with self.graph_guard.surviving():
+            ceilings = self.graph.ceilings(self.hardware) if self.hardware else None
+            # per operator, the lessons this run taught or confirmed, strongest evidence first
+            lessons = {name: learned_in_run(self.graph, self.run_id, name) for name in self.operators}
         return {
             "run_id": self.run_id,
             "hardware": self.hardware,
@@ -303,6 +363,5 @@ class KopeSession:
             "executor": s.executor,
             "concurrency": s.concurrency,
             "operators": [r.summary for r in self.operators.values()],
-            # per operator, the lessons this run taught or confirmed, strongest evidence first
-            "lessons": {name: learned_in_run(self.graph, self.run_id, name) for name in self.operators},
+            "lessons": lessons,
         }
