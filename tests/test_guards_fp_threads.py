@@ -7,6 +7,7 @@ import faulthandler
 import os
 import platform
 import re
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -124,7 +125,11 @@ def test_a_thread_blocking_signals_is_waited_for_once_not_on_every_call() -> Non
     faulthandler.dump_traceback_later(600)  # its watchdog thread blocks every signal
     try:
         (watchdog,) = (int(t) for t in set(os.listdir("/proc/self/task")) - threads)
-        assert fpstate.changes(before) == []
+        _until_it_blocks_signals(watchdog)  # a thread just started may not have blocked them yet
+        for _ in range(3):  # found blocking by a sweep that waited for it (one, but for a rare race)
+            assert fpstate.changes(before) == []
+            if watchdog in fpstate._BLOCKING:
+                break
         assert watchdog in fpstate._BLOCKING
         for _ in range(10):
             assert fpstate.changes(before) == []
@@ -144,3 +149,14 @@ def test_x87_control_word_of_the_caller_is_checked_and_set_back() -> None:
         f"{before.cw & ~0x0300:#06x})"
     ]
     assert fpstate.current() == before
+
+
+def _until_it_blocks_signals(tid: int, within_s: float = 30.0) -> None:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        status = Path(f"/proc/self/task/{tid}/status").read_text()
+        blocked = next(line for line in status.splitlines() if line.startswith("SigBlk:"))
+        if int(blocked.split()[1], 16):
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"thread {tid} never blocked its signals")

@@ -1,7 +1,7 @@
-"""What the differential check forgives as rounding: one ulp of the largest input, times the square
-root of how many inputs each output can sum. CI once failed to crown an honest vectorized row sum:
-a drawn call mixed +-2^32 into rows of 8,199 values near 1, and two honest summation orders differed
-by several ulps of 2^32, far beyond one. A kernel that is wrong on ordinary rows is still caught."""
+"""What the differential check forgives as rounding: one ulp of the largest input, times how many
+inputs each output can sum. CI twice failed to crown an honest vectorized row sum: drawn calls mixed
++-2^32 into long rows, and two honest summation orders differed by 1 to 111 ulps of 2^32, far beyond
+one. A kernel that is wrong on ordinary rows is still caught."""
 
 from __future__ import annotations
 
@@ -37,6 +37,23 @@ def test_two_honest_summation_orders_differ_only_by_rounding():
     one_ulp = float(np.abs(x).max()) * float(np.finfo(np.float32).eps)
     assert arrays.mismatch(pairwise, sequential, 0.01, one_ulp)  # what the check forgave before
     assert arrays.mismatch(pairwise, sequential, 0.01, rounding_floor(_entry(x), np.dtype(np.float32))) == ""
+
+
+def test_small_values_absorbed_by_huge_partial_sums_differ_by_many_ulps_in_honest_orders():
+    """The second CI case: mostly positive values over five decades, four +-2^32 a row: each value
+    under half an ulp of 2^32 is lost or kept by where the partial sums stand."""
+    rng = np.random.default_rng(3)
+    x = (10.0 ** rng.uniform(-2.55, 2.55, (36, 6945))).astype(np.float32)
+    for r in range(36):
+        x[r, rng.integers(0, 6945, 4)] = np.float32(2.0**32) * np.array([1, -1, 1, -1], np.float32)
+    sequential = np.cumsum(x, axis=1, dtype=np.float32)[:, -1]
+    lanes = x[:, :6944].reshape(36, -1, 16).sum(axis=1, dtype=np.float32)  # 16 partial sums a row
+    vectorized = lanes.sum(axis=1, dtype=np.float32) + x[:, 6944]
+    one_ulp = 2.0**32 * float(np.finfo(np.float32).eps)
+    assert np.abs(sequential - vectorized).max() > 100 * one_ulp  # far beyond sqrt(6945) = 83 ulps
+    assert (
+        arrays.mismatch(vectorized, sequential, 0.01, rounding_floor(_entry(x), np.dtype(np.float32))) == ""
+    )
 
 
 def test_a_row_sum_that_drops_each_rows_tail_is_still_wrong():
