@@ -138,6 +138,8 @@ def verify(
     if fresh.fault and not (fresh.outcome.correct and fresh.timings):
         fault(fresh)
         return None, f"not verified: infrastructure fault: {fresh.fault[:300]}"
+    if not fresh.outcome.correct:  # wrong on inputs it had never seen: the candidate is not correct
+        incumbent.outcome, incumbent.failures = fresh.outcome, fresh.failures
     if not (fresh.outcome.correct and fresh.timings):
         why = (fresh.failures or fresh.notes or [""])[0][:300]
         return None, f"failed verification: {fresh.outcome.value}: {why}"
