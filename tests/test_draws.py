@@ -157,8 +157,9 @@ def test_a_failing_draw_shrinks_to_a_minimal_input(tmp_path: Path) -> None:
         rows, cols = entry["scalars"]["2"], entry["scalars"]["3"]
         y = np.empty(rows, np.float32)
         cheat["rowsum"].raw(x, y, rows, cols)  # type: ignore[attr-defined]
-        if arrays.mismatch(y, expected[entry["key"]]["a1"], 1e-2):
-            failing.append(entry["key"])
+        want = expected[entry["key"]]["a1"]
+        if arrays.mismatch(y, want, 1e-2, differential.rounding_floor(entry, want.dtype)):
+            failing.append(entry["key"])  # as the judge finds it: beyond rounding
     assert failing, "no drawn call reached a width past 4099"
     smallest = drawing.shrink(folder, failing[0], cheat, committed, 1e-2)  # type: ignore[arg-type]
     assert smallest.startswith("rowsum(#2=1, #3=4"), smallest  # one row, just past the tested widths

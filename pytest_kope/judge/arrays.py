@@ -144,6 +144,13 @@ WORDS = 1 << 15  # 256 KiB of words a chunk: the chunk, its weights and the prod
 _WEIGHTS = np.random.default_rng(secrets.randbits(128)).integers(0, 1 << 63, WORDS, dtype=np.uint64) * 2 + 1
 
 
+def rounding_floor(input_peak: float, read: int, written: int, dtype: np.dtype[Any]) -> float:
+    """The largest error that is only rounding (`differential.rounding_floor` says why): one ulp of
+    the largest input, times the input elements over the output elements a call reads and writes."""
+    ulp = input_peak * float(np.finfo(dtype).eps)
+    return ulp * max(1.0, read / written) if written else ulp
+
+
 def mismatch(got: np.ndarray, want: np.ndarray, rtol: float = DEFAULT_RTOL, atol: float = 0.0) -> str:
     """Why `got` does not match `want` norm-wise (largest error over the largest magnitude, plus an
     absolute floor `atol` for outputs whose magnitude says nothing, e.g. all zero), or "".

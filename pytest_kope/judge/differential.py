@@ -308,10 +308,9 @@ def rounding_floor(entry: Mapping[str, Any], dtype: np.dtype[Any]) -> float:
     per element: an honest vectorized row sum differed from the sequential one by 1.05 ulp on 8,199
     values in one CI run and by 111 ulps on 6,945 mostly positive values in another (numpy: 160-175).
     The bound for any summation order grows with the count of terms, not its square root."""
-    peak = float(entry.get("input_peak", 0.0)) * float(np.finfo(dtype).eps)
     read = sum(math.prod(shape) for shape, kind in entry.get("inputs", {}).values() if kind[1:2] in "fc")
     written = sum(math.prod(shape) for shape, _ in entry.get("outputs", {}).values())
-    return peak * max(1.0, read / written) if written else peak
+    return arrays.rounding_floor(float(entry.get("input_peak", 0.0)), read, written, dtype)
 
 
 def _where(entry: dict[str, Any]) -> str:

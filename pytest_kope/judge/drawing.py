@@ -191,10 +191,14 @@ def shrink(
         assert want is not None
         got_values = call_arguments(p, mine, drawn)
         mine.raw(*got_values)
+        read = sum(x.size for x in drawn.inputs.values() if x.dtype.kind in "fc")
+        written = sum(w.size for w in want.values())
         for i, w in want.items():
             got = arrays.host_copy(got_values[i])
             assert got is not None  # an array argument
-            floor = drawn.peak * float(np.finfo(w.dtype).eps) if w.dtype.kind == "f" else 0.0
+            # the floor the differential check forgave when it found this call: a smaller input must
+            # differ beyond rounding too, or the shrink ends on a call only rounding tells apart
+            floor = arrays.rounding_floor(drawn.peak, read, written, w.dtype) if w.dtype.kind == "f" else 0.0
             why = arrays.mismatch(got, w, rtol, floor)
             if why:
                 smallest.append(f"{p.function}({drawn.summary}): output #{i}: {why}")
