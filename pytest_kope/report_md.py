@@ -107,6 +107,8 @@ def operator_section(
         f"- Outcomes: {_outcomes(o)}",
         f"- Why the search stopped: {why}",
     ]
+    if axes := o.get("exploration"):
+        lines.append(f"- Axes: {_axes_line(axes)}")
     if busy := o.get("machine_busy"):
         lines.append(
             f"- How busy the machine was: others used {busy['median']:.0%} of it during the median"
@@ -161,3 +163,17 @@ def markdown(data: dict[str, Any]) -> str:
     for o in operators:
         lines += operator_section(o, lessons.get(o["name"], []), data.get("budget"))
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _axes_line(axes: dict[str, list[str]]) -> str:
+    """Which axes the graph knew, which the search tried around its incumbent, which it never did."""
+    said = [
+        f"{what} {', '.join(f'`{a}`' for a in axes.get(key, []))}"
+        for key, what in (
+            ("known", "known from the graph"),
+            ("explored", "explored around the best point"),
+            ("untried", "never explored around it (the search ended first)"),
+        )
+        if axes.get(key)
+    ]
+    return "; ".join(said) or "none to tune"

@@ -138,6 +138,10 @@ class StopRule:
     evaluations: int = 0
     streak: int = 0  # evaluations since the last gain
     why: dict[str, Any] | None = None
+    # the axes no evidence speaks for that the agent has not tried around its incumbent
+    # (agents/exploration.py): while there are any, patience waits
+    unexplored: Callable[[], list[str]] = field(default=lambda: [])
+    waited: bool = False  # patience was reached once with axes still unexplored
 
     def room(self, batch: int) -> int:
         """Candidates the next batch may hold; 0 means stop (and `why` says why)."""
@@ -146,19 +150,29 @@ class StopRule:
         left = self.budget - self.evaluations
         if left <= 0:
             return self.stop(Stop.BUDGET, f"the budget of {self.budget} evaluations is spent")
-        if self.patience and self.streak >= self.patience:
-            return self.stop(
-                Stop.NO_GAIN,
-                f"no gain in the last {self.streak} evaluations (--kope-patience {self.patience})",
-                self.streak,
-            )
-        n = min(batch, left, self.patience - self.streak if self.patience else batch)
+        n = min(batch, left)
+        if self.patience and self.streak < self.patience:
+            n = min(n, self.patience - self.streak)  # stop at exactly N
+        elif self.patience:
+            waiting = self.unexplored()
+            if not waiting:
+                return self.stop(Stop.NO_GAIN, self._no_gain(), self.streak)
+            self.waited = True
+            n = min(n, len(waiting))  # one probe an unexplored axis: look again after them
         if self.slot is not None:
             fits = self.slot.evaluations_that_fit(first_round=self.evaluations == 0)
             if fits < 1:
                 return self.stop(Stop.TIME, "its share of --kope-time-budget is used up")
             n = min(n, fits)
         return n
+
+    def _no_gain(self) -> str:
+        said = f"no gain in the last {self.streak} evaluations (--kope-patience {self.patience})"
+        if self.waited:
+            said += (
+                "; it went on until every axis nothing in the graph spoke for was tried around the incumbent"
+            )
+        return said
 
     def record(self, gained: list[bool], seconds: float) -> None:
         """A judged batch: whether each candidate was a gain, and the batch's wall time."""

@@ -12,6 +12,7 @@ from typing import Any, Protocol, runtime_checkable
 from ..candidate import Candidate
 from ..judge.outcome import Judged
 from ..spec import TuningSpace
+from .exploration import Exploration
 
 
 @dataclass
@@ -63,3 +64,14 @@ class Agent(Protocol):
 
     def usage(self) -> dict[str, Any]:
         """Cost so far for the report: e.g. calls, input/output/cache tokens, faults seen."""
+
+
+@runtime_checkable
+class Explores(Protocol):
+    """An agent that knows which axes of an operator's space it has not explored around the
+    incumbent (the tuner): no gain in N evaluations does not stop it while there are any, and the
+    report names them."""
+
+    def unexplored(self, operator: str) -> list[str]: ...
+
+    def exploration(self, operator: str) -> Exploration | None: ...

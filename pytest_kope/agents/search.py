@@ -24,7 +24,8 @@ from ..candidate import Candidate
 from ..judge.outcome import Judged, Outcome, Timing
 from ..memory.recall import RecallQuery
 from ..spec import parse_spec
-from .base import Agent, Context, OperatorInfo
+from ..stopping import StopRule
+from .base import Agent, Context, Explores, OperatorInfo
 
 if TYPE_CHECKING:
     from ..memory.graph import Graph
@@ -152,9 +153,11 @@ def run_search(
     batch: int = 1,
     graph: Graph | None = None,
     run_id: str = "search",
+    patience: int = 0,
 ) -> list[Judged]:
-    """Propose, evaluate, observe until `budget` evaluations are spent or the agent has nothing left;
-    returns the verdicts in evaluation order (the committed kernel not counted)."""
+    """Propose, evaluate, observe until `budget` evaluations are spent, the agent has nothing left
+    or `patience` evaluations bring no gain (as an optimize run's `StopRule` decides, unexplored axes
+    included); returns the verdicts in evaluation order (the committed kernel not counted)."""
     baseline = baseline_of(info)
     incumbent = baseline
     history: list[Judged] = []
@@ -171,12 +174,14 @@ def run_search(
         return graph is not None and task is not None and graph.lookup(task, h) is not None
 
     recall = _recaller(graph, info, hardware)
-    while len(history) < budget:
+    rule = StopRule(budget, patience, unexplored=lambda: _unexplored(agent, info.name))
+    while room := rule.room(batch):
         ctx = Context(info, hardware, baseline, incumbent, history, budget - len(history), recall, seen)
-        proposed = agent.propose(ctx, min(batch, budget - len(history)))
+        proposed = agent.propose(ctx, room)
         if not proposed:
             break
         verdicts = evaluator.evaluate(proposed, incumbent)
+        rule.record([j.outcome == Outcome.BETTER for j in verdicts], 0.0)
         for j in verdicts:
             if j.outcome == Outcome.BETTER:
                 incumbent = j
@@ -188,6 +193,10 @@ def run_search(
         judged.update(j.candidate.hash for j in verdicts)
         agent.observe(ctx, verdicts)
     return history
+
+
+def _unexplored(agent: Agent, operator: str) -> list[str]:
+    return agent.unexplored(operator) if isinstance(agent, Explores) else []
 
 
 def _recaller(graph: Graph | None, info: OperatorInfo, hardware: dict[str, Any]) -> Callable[..., Any]:

@@ -39,6 +39,7 @@ from ..judge.outcome import Judged, Outcome
 from ..memory.effects import AdditiveModel, Observation, value_key
 from ..memory.transfer import Source, fit_source, graph_prior, losers, measure_agreement
 from ..spec import TuningSpace, parse_spec
+from . import exploration as ex
 from .base import Context
 
 FAILED_DROP = 1.0  # a broken point counts as this much log speedup below the worst correct one seen
@@ -50,6 +51,7 @@ THOMPSON_SCALE = 0.25  # posterior draws shrunk towards the mean: explore less t
 GRAPH_SCALE = 0.0  # the graph arm follows its model's mean (ties broken at random)
 DECLARED_GAIN = 0.1  # prior log gain of a declared non-default value (see _declared_prior)
 DISCOUNT = 0.9  # the bandit forgets old rewards: the graph can stop paying midway
+PROBE_AFTER = 3  # evaluations without a gain after which an unexplored axis is probed
 
 
 @dataclass
@@ -68,6 +70,17 @@ class _Search:
     model: AdditiveModel | None = None  # this operator's verdicts, with the graph as the prior
     fitted_at: int = -1
     points: tuple[TuningSpace, list[dict[str, Any]]] | None = None  # the space, enumerated
+    known: set[str] = field(default_factory=set)  # axes the graph has evidence on (exploration.py)
+    judged: list[dict[str, Any]] = field(default_factory=list)  # points judged, here or before
+    centre: dict[str, Any] = field(default_factory=dict)  # the incumbent's point
+    since_gain: int = 0  # this search's verdicts since the last gain
+
+    def on_space(self, params: Any) -> dict[str, Any]:
+        """`params` on this space's axes (a value it lacks: the axis's default)."""
+        return {n: params.get(n, values[0]) for n, values in self.space.axes.items()}
+
+    def unexplored(self) -> list[str]:
+        return ex.unexplored(self.space, self.known, self.centre, self.judged)
 
 
 class Tuner:
@@ -100,6 +113,8 @@ class Tuner:
         if space.allows(ctx.baseline.candidate.params):  # the committed kernel is a verdict too
             s.observed.append((dict(ctx.baseline.candidate.params), math.log(ctx.baseline.speedup or 1.0)))
             s.tried.update(value_key(k, v) for k, v in ctx.baseline.candidate.params.items())
+        s.centre = s.on_space(ctx.incumbent.candidate.params)
+        s.judged = [s.on_space(j.candidate.params) for j in (ctx.baseline, *ctx.history)]
         best = ctx.incumbent.speedup or 1.0
         state = "no kernel yet" if not ctx.history else f"correct at {best:.2f}x of baseline"
         try:
@@ -108,12 +123,15 @@ class Tuner:
             recall = ctx.recall(state=state, budget=self.recall_items)
         rows: dict[str, list[tuple[dict[str, Any], float | None]]] = {}
         closeness: dict[str, float] = {}
+        evidence: list[tuple[str, dict[str, Any]]] = []
         for row in getattr(recall, "points", None) or []:
             source, relation = str(row["source"]), str(row["relation"])
             y = math.log(row["speedup"]) if row.get("correct") and row.get("speedup") else None
             rows.setdefault(source, []).append((dict(row["params"]), y))
             if relation == "operator/hardware":  # judged here before: those values count as tried
                 s.tried.update(value_key(k, v) for k, v in row["params"].items() if k in space.axes)
+                s.judged.append(s.on_space(row["params"]))
+            evidence.append((relation, row["params"]))
             op_rel, _, hw_rel = relation.partition("/")
             closeness[source] = OPERATOR_WEIGHT.get(op_rel, 0.25) * HARDWARE_WEIGHT.get(hw_rel, 0.25)
         declared = _declared_prior(space)
@@ -125,6 +143,7 @@ class Tuner:
             )
             if fitted is not None:
                 s.sources[source] = fitted
+        s.known = ex.known_axes(space, evidence)
         s.arms["explore"] = [1.0, 1.0]
         if s.sources:
             s.arms["graph"] = [2.0, 1.0]  # trust the graph first; the verdicts decide how long
@@ -141,11 +160,18 @@ class Tuner:
             self.done = "tried every point of the tuning space"
             return []
         self._refit(s)
+        if space.allows(ctx.incumbent.candidate.params):  # another agent's winner is the centre too
+            s.centre = s.on_space(ctx.incumbent.candidate.params)
         out: list[Candidate] = []
+        probed: set[str] = set()
         for k in range(min(n, len(pool))):
-            arm = self._arm(s)
-            i = self._pick(s, arm, pool, ctx.budget_left - k)
-            point = pool.pop(i)
+            arm = "probe"
+            point = self._probe(ctx, s, base, probed) if self._probing(s) else None
+            if point is None:
+                arm = self._arm(s)
+                point = pool.pop(self._pick(s, arm, pool, ctx.budget_left - k))
+            elif point in pool:
+                pool.remove(point)
             cand = self._candidate(base, point, arm)
             s.arm_of[cand.hash] = arm
             s.pulls[arm] = s.pulls.get(arm, 0) + 1
@@ -153,6 +179,26 @@ class Tuner:
             self.proposed.add(cand.hash)
             out.append(cand)
         return out
+
+    def _probing(self, s: _Search) -> bool:
+        """Whether the next proposal probes an unexplored axis: a warm run's second proposal (after
+        the graph's first guess), and every proposal once PROBE_AFTER verdicts brought no gain."""
+        total = sum(s.pulls.values())
+        return (total == 1 and bool(s.sources)) or s.since_gain >= PROBE_AFTER
+
+    def _probe(self, ctx: Context, s: _Search, base: Candidate, probed: set[str]) -> dict[str, Any] | None:
+        """The incumbent moved on the first unexplored axis not probed in this batch, to the value
+        the model ranks best; None when there is none left to probe."""
+        assert s.model is not None
+        for axis in s.unexplored():
+            if axis in probed:
+                continue
+            near = [p for p in ex.neighbours(s.space, s.centre, axis) if self._untried(ctx, base, p)]
+            if near:
+                probed.add(axis)
+                scores = s.model.design(near) @ s.model.mean + 1e-9 * self.rng.random(len(near))
+                return near[int(np.argmax(scores))]
+        return None
 
     def _arm(self, s: _Search) -> str:
         """Thompson sampling between the arms, with the explore arm's floor share."""
@@ -208,13 +254,17 @@ class Tuner:
             return
         for judged in results:
             point = dict(judged.candidate.params)
+            s.judged.append(s.on_space(point))
+            won = judged.outcome == Outcome.BETTER
+            if won and s.space.allows(point):
+                s.centre = s.on_space(point)
+            s.since_gain = 0 if won else s.since_gain + 1
             if judged.outcome.correct and judged.speedup:
                 s.observed.append((point, math.log(judged.speedup)))
             elif not judged.outcome.correct and judged.outcome not in (Outcome.REJECTED, Outcome.SUSPECT):
                 s.observed.append((point, None))
             arm = s.arm_of.pop(judged.candidate.hash, None)
-            if arm is not None:
-                won = judged.outcome == Outcome.BETTER
+            if arm in s.arms:
                 for a in s.arms.values():  # discount: recent verdicts count most
                     a[0], a[1] = 1.0 + DISCOUNT * (a[0] - 1.0), 1.0 + DISCOUNT * (a[1] - 1.0)
                 s.arms[arm][0 if won else 1] += 1.0
@@ -225,6 +275,7 @@ class Tuner:
             "proposals": sum(sum(s.pulls.values()) for s in searches),
             "explorations": sum(s.pulls.get("explore", 0) for s in searches),
             "graph_led": sum(s.pulls.get("graph", 0) for s in searches),
+            "probes": sum(s.pulls.get("probe", 0) for s in searches),
             "observations": sum(len(s.observed) for s in searches),
             "graph_sources": sum(len(s.sources) for s in searches),
             "untried": {name: self.untried(name) for name in self.searches if self.untried(name)},
@@ -233,6 +284,17 @@ class Tuner:
     def untried(self, operator: str) -> list[str]:
         """The values of the space this operator's search has not tried (the budget ran out first)."""
         return [f"{n}={v}" for n, values in _untried_values(self.searches[operator]).items() for v in values]
+
+    def unexplored(self, operator: str) -> list[str]:
+        """The axes the graph knows nothing about that this operator's search has not yet tried
+        around its incumbent: while there are any, no gain in N evaluations does not stop it."""
+        s = self.searches.get(operator)
+        return s.unexplored() if s is not None else []
+
+    def exploration(self, operator: str) -> ex.Exploration | None:
+        """Which axes were known from the graph, explored around the incumbent, or never explored."""
+        s = self.searches.get(operator)
+        return ex.exploration(s.space, s.known, s.centre, s.judged) if s is not None else None
 
     def source_weights(self, operator: str) -> dict[str, float]:
         """Each graph source's weight at the last refit (closeness times measured agreement)."""
@@ -243,6 +305,8 @@ class Tuner:
         idea = "tune " + ", ".join(f"{k}={v}" for k, v in changed.items()) if changed else "declared defaults"
         if arm == "explore" and self.searches and any(s.sources for s in self.searches.values()):
             idea = f"explore: {idea}"
+        elif arm == "probe":  # an axis nothing spoke for, moved alone from the incumbent
+            idea = f"probe: {idea}"
         return Candidate(base.source, base.filename, base.toolchain, dict(point), idea, self.name, base.hash)
 
     def _untried(self, ctx: Context, base: Candidate, point: dict[str, Any]) -> bool:

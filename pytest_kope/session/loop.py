@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from ..agents.base import Context, OperatorInfo
+from ..agents.base import Context, Explores, OperatorInfo
 from ..agents.tuner import Tuner
 from ..candidate import Candidate
 from ..errors import BaselineBroken, InfrastructureFault, KopeError, SpecError
@@ -140,7 +140,7 @@ class OperatorLoop:
         try:
             baseline = self._baseline()
             info = self._info()
-            rule = StopRule(self.s.settings.budget, self._patience(), self.slot)
+            rule = StopRule(self.s.settings.budget, self._patience(), self.slot, unexplored=self._unexplored)
             p = self.progress = Progress(baseline, rule)
             if self.can_time:
                 self._resume(p)
@@ -155,6 +155,10 @@ class OperatorLoop:
             summary["seconds"] = round(time.monotonic() - self.started, 1)  # verification included
             summary["fixed_input_tests"] = baseline.fixed_inputs  # tests that make their own inputs
             summary["stopped"] = why
+            agent = self.s.agent
+            explored = agent.exploration(self.op.name) if isinstance(agent, Explores) else None
+            if explored is not None:  # which axes the search tried around its incumbent, and which not
+                summary["exploration"] = explored.to_json()
             if why["reason"] == Stop.ERROR:  # the search itself failed: the run's status says so
                 summary["search_failed"] = why["detail"]
             return summary
@@ -165,6 +169,10 @@ class OperatorLoop:
 
     def say(self, line: str, red: bool = False) -> None:
         self.s.say(f"kope {self.op.name}: {line}", red=red)
+
+    def _unexplored(self) -> list[str]:
+        agent = self.s.agent
+        return agent.unexplored(self.op.name) if isinstance(agent, Explores) else []
 
     def _patience(self) -> int:
         return 0 if getattr(self.s.agent, "exhaustive", False) else self.s.settings.patience

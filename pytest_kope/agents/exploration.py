@@ -1,0 +1,101 @@
+"""What a search has not explored: the axes no evidence speaks for, tried around the incumbent or not.
+
+A warm start follows what the experience graph knows; on an axis the graph says nothing about, its
+first guess is a guess. An axis counts as *known* when the graph holds two or more of its values
+judged for this operator, or for its family on this hardware; an unknown axis counts as *explored*
+once this search has judged the incumbent and a point one move away on that axis (a one-axis
+neighbour: two values around the incumbent), or when no such neighbour exists in the space. Until
+every unknown axis is explored, "no gain in N" does not end the search (`StopRule`), and the tuner
+probes those axes itself (`probe`). A new incumbent has new neighbours: exploration starts again
+around it, within the budget.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..spec import TuningSpace
+
+# relations (recall's "operator/hardware" form) whose points count as evidence on an axis
+EVIDENT = ("operator/", "family/hardware")
+
+
+@dataclass
+class Exploration:
+    """Per operator, for the report: which axes the graph knew, which the search explored around its
+    incumbent, and which it never did (the budget or the time ran out first)."""
+
+    known: list[str] = field(default_factory=list)
+    explored: list[str] = field(default_factory=list)
+    untried: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, list[str]]:
+        return {"known": self.known, "explored": self.explored, "untried": self.untried}
+
+
+def evident(relation: str) -> bool:
+    """Whether points of a recalled source with this relation speak for this operator here."""
+    return any(relation == e or (e.endswith("/") and relation.startswith(e)) for e in EVIDENT)
+
+
+def known_axes(space: TuningSpace, rows: Iterable[tuple[str, Mapping[str, Any]]]) -> set[str]:
+    """The axes of `space` with two or more values among the evident rows (relation, params)."""
+    values: dict[str, set[str]] = {}
+    for relation, params in rows:
+        if evident(relation):
+            for name, value in params.items():
+                if name in space.axes:
+                    values.setdefault(name, set()).add(_value(value))
+    return {name for name, seen in values.items() if len(seen) >= 2}
+
+
+def neighbours(space: TuningSpace, centre: Mapping[str, Any], axis: str) -> list[dict[str, Any]]:
+    """The points of `space` one move from `centre` on `axis`, in the axis's declared order."""
+    out = []
+    for value in space.axes[axis]:
+        if value != centre.get(axis):
+            point = {**centre, axis: value}
+            if space.allows(point):
+                out.append(point)
+    return out
+
+
+def unexplored(
+    space: TuningSpace, known: set[str], centre: Mapping[str, Any], judged: Iterable[Mapping[str, Any]]
+) -> list[str]:
+    """The unknown axes, in declared order, on which no one-axis neighbour of `centre` was judged
+    (an axis with no neighbour in the space has nothing to explore)."""
+    around = {point_key(p) for p in judged}
+    out = []
+    for axis in space.axes:
+        if axis in known:
+            continue
+        near = neighbours(space, centre, axis)
+        if near and not any(point_key(p) in around for p in near):
+            out.append(axis)
+    return out
+
+
+def exploration(
+    space: TuningSpace, known: set[str], centre: Mapping[str, Any], judged: Iterable[Mapping[str, Any]]
+) -> Exploration:
+    """The report's view of one search (axes of a single value are left out: nothing to explore)."""
+    left = unexplored(space, known, centre, judged)
+    tunable = [a for a in space.axes if len(space.axes[a]) > 1]
+    return Exploration(
+        known=[a for a in tunable if a in known],
+        explored=[a for a in tunable if a not in known and a not in left],
+        untried=[a for a in tunable if a in left],
+    )
+
+
+def point_key(point: Mapping[str, Any]) -> str:
+    """One key per point, whatever its values' types."""
+    return json.dumps(dict(sorted(point.items())), sort_keys=True, default=str)
+
+
+def _value(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
