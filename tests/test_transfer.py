@@ -69,15 +69,33 @@ def test_a_source_that_ranks_the_first_verdicts_wrongly_drops_to_nothing_within_
     rows = [Observation({"VEC": v, "THREADS": 1, "UNROLL": 1}, says[f"VEC={v}"]) for v in (0, 8, 16)]
     wrong = fit_source("a", 0.5, rows, AXES, {})
     right = fit_source("b", 0.5, rows, AXES, {})
-    assert wrong is not None and right is not None and wrong.weight == pytest.approx(0.5)
+    one_of_three = 0.5 * (0.5 + 0.5 / 3)  # closeness, shrunk for knowing one of the three axes
+    assert wrong is not None and right is not None and wrong.weight == pytest.approx(one_of_three)
     base = {"VEC": 0, "THREADS": 1, "UNROLL": 1}
     contradicting = [(base, 0.0), ({**base, "VEC": 8}, -0.3), ({**base, "VEC": 16}, -0.6)]
     measure_agreement([wrong], contradicting)
     assert (wrong.concordant, wrong.discordant, wrong.weight) == (0, 3, 0.0)
     measure_agreement([right], [(p, -y) for p, y in contradicting])
-    assert right.weight == pytest.approx(0.5)
+    assert right.weight == pytest.approx(one_of_three)
     # and a distrusted source no longer moves the prior
     assert graph_prior([wrong], {"VEC=8": 0.1}, AXES) == {"VEC=8": 0.1}
+
+
+def test_a_source_weighs_less_the_fewer_axes_it_shares_and_after_its_pick_lost() -> None:
+    says = {"VEC=8": 0.5, "VEC=16": 1.0, "THREADS=2": -0.3, "UNROLL=4": 0.2}
+    points = [dict(zip(AXES, p)) for p in itertools.product(*AXES.values())]
+    rows = [Observation(p, sum(says.get(f"{k}={v}", 0.0) for k, v in p.items())) for p in points]
+    every = fit_source("all", 0.5, rows, AXES, {})
+    vec_only = fit_source(
+        "vec", 0.5, [r for r in rows if r.point["THREADS"] == 1 and r.point["UNROLL"] == 1], AXES, {}
+    )
+    assert every is not None and vec_only is not None
+    assert every.weight == pytest.approx(0.5) and vec_only.weight < every.weight
+    base = {"VEC": 0, "THREADS": 1, "UNROLL": 1}
+    assert every.predicted_a_win({**base, "VEC": 16}, base)
+    assert not every.predicted_a_win({**base, "THREADS": 2}, base)
+    every.lost += 1  # its pick lost head to head, too close to make a pair: believed less anyway
+    assert every.weight == pytest.approx(0.5 * (2 - 1) / (2 + 1))  # (PRIOR_PAIRS - 1) / (PRIOR_PAIRS + 1)
 
 
 def test_a_value_the_graph_never_saw_is_tried_before_what_it_ranks(tmp_path) -> None:

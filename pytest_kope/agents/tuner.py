@@ -264,6 +264,8 @@ class Tuner:
             elif not judged.outcome.correct and judged.outcome not in (Outcome.REJECTED, Outcome.SUSPECT):
                 s.observed.append((point, None))
             arm = s.arm_of.pop(judged.candidate.hash, None)
+            if arm == "graph" and not won and judged.outcome.correct:
+                _doubt(s, s.on_space(point), s.on_space(ctx.incumbent.candidate.params))
             if arm in s.arms:
                 for a in s.arms.values():  # discount: recent verdicts count most
                     a[0], a[1] = 1.0 + DISCOUNT * (a[0] - 1.0), 1.0 + DISCOUNT * (a[1] - 1.0)
@@ -336,6 +338,15 @@ class Tuner:
             if len(pool) >= POOL:
                 break
         return pool
+
+
+def _doubt(s: _Search, lost: dict[str, Any], incumbent: dict[str, Any]) -> None:
+    """The graph's pick lost head to head: each source that predicted it would win is believed less
+    for the rest of the run (the prior is refit before the next proposal)."""
+    for source in s.sources.values():
+        if source.predicted_a_win(lost, incumbent):
+            source.lost += 1
+            s.fitted_at = -1
 
 
 def _untried_values(s: _Search) -> dict[str, list[Any]]:

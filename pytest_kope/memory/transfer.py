@@ -24,6 +24,7 @@ from .effects import AdditiveModel, Observation, value_key
 
 PRIOR_PAIRS = 2.0  # pseudo-pairs of agreement a source starts with (its closeness is believed at first)
 MIN_DIFFERENCE = 0.05  # log speedups closer than this are a tie (timing noise): the pair tells nothing
+AXES_FLOOR = 0.5  # a source that knows one of many axes keeps half its closeness; one that knows all, all
 DECLARED_WEIGHT = 0.25  # the space's declaration weighs as a trusted source of another family would
 
 
@@ -37,12 +38,19 @@ class Source:
     concordant: int = 0
     discordant: int = 0
     measured: int = 0  # verdicts already compared (agreement is counted incrementally)
+    lost: int = 0  # points it predicted would beat the incumbent that lost head to head
 
     @property
     def trust(self) -> float:
-        """How far this source's ranking of this operator's verdicts is believed (0..1)."""
-        c, d = self.concordant, self.discordant
+        """How far this source's ranking of this operator's verdicts is believed (0..1): a point it
+        predicted would win and that lost head to head counts against it as a wrong pair does, even
+        when the two timings were too close to make a pair."""
+        c, d = self.concordant, self.discordant + self.lost
         return max(0.0, (PRIOR_PAIRS + c - d) / (PRIOR_PAIRS + c + d))
+
+    def predicted_a_win(self, point: Mapping[str, Any], incumbent: Mapping[str, Any]) -> bool:
+        d = self.difference(point, incumbent)
+        return d is not None and d > MIN_DIFFERENCE
 
     @property
     def weight(self) -> float:
@@ -85,7 +93,11 @@ def fit_source(
         center = sum(estimates[k].effect for k in seen) / len(seen)
         level = sum(declared.get(k, 0.0) for k in seen) / len(seen)
         contrasts.update({k: estimates[k].effect - center + level for k in seen})
-    return Source(name, closeness, contrasts) if contrasts else None
+    if not contrasts:
+        return None
+    tunable = [a for a, values in axes.items() if len(values) > 1]
+    shared = len({k.partition("=")[0] for k in contrasts}) / max(1, len(tunable))
+    return Source(name, closeness * (AXES_FLOOR + (1.0 - AXES_FLOOR) * shared), contrasts)
 
 
 def measure_agreement(sources: Sequence[Source], observed: Sequence[tuple[Mapping[str, Any], float]]) -> None:
