@@ -112,6 +112,7 @@ def chosen(repo: Path, arg: str, what: str) -> list[str]:
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--budget", type=int, default=16)
+    parser.add_argument("--fill-budget", type=int, default=None, help="the fill's budget (default: --budget)")
     parser.add_argument("--seeds", type=int, default=4, help="replicates: fill, cold and warm with each seed")
     parser.add_argument("--first-seed", type=int, default=1)
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "cold_warm.json"))
@@ -239,12 +240,28 @@ def compare(cold: dict[str, Any], warm: dict[str, Any], repo: Path, seed: int) -
                 "cold_evals_to_cold_level": cold_to,
                 "warm_evals_to_cold_level": warm_to,
                 "warm_over_cold": warm_to / cold_to if warm_to and cold_to else None,
+                # beyond noise: the head-to-head interval's upper end below 1
+                "warm_worse": h2h.get("high", 1.0) < 1.0,
+                **{
+                    f"{arm}_{k}": v
+                    for arm, r in (("cold", c), ("warm", w))
+                    for k, v in how_it_ended(r).items()
+                },
                 # what each search tried, in order: the evidence behind the figures above
                 "cold_tried": tried(c),
                 "warm_tried": tried(w),
             }
         )
     return results
+
+
+def how_it_ended(op: dict[str, Any]) -> dict[str, Any]:
+    """A run's evaluations, why it stopped, and the axes it never explored around its best point."""
+    return {
+        "evaluations": op.get("evaluations"),
+        "stopped": (op.get("stopped") or {}).get("short"),
+        "untried_axes": (op.get("exploration") or {}).get("untried", []),
+    }
 
 
 def spread(values: list[float | None], fmt: str = "{:.2f}") -> str:
@@ -276,6 +293,7 @@ def per_operator(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "warm_level": bool(ratios) and statistics.median(ratios) >= REACHED,
                 "warm_over_cold_median": statistics.median(shares) if shares else None,
                 "warm_never": sum(r["warm_evals_to_cold_level"] is None for r in mine),
+                "warm_worse_beyond_noise": sum(r["warm_worse"] for r in mine),
             }
         )
     return summary
@@ -295,6 +313,9 @@ def rows_of(results: list[dict[str, Any]], summary: list[dict[str, Any]]) -> lis
                 spread([r["cold_evals_to_cold_level"] for r in mine], "{:g}"),
                 spread([r["warm_evals_to_cold_level"] for r in mine], "{:g}"),
                 spread([r["warm_over_cold"] for r in mine]),
+                f"{s['warm_worse_beyond_noise']} of {len(mine)}",
+                spread([r["cold_evaluations"] for r in mine], "{:g}"),
+                spread([r["warm_evaluations"] for r in mine], "{:g}"),
             ]
         )
     return rows
@@ -312,10 +333,14 @@ def show(
         "cold evals to its level",
         "warm evals to cold's level",
         "warm/cold",
+        "warm worse beyond noise",
+        "cold evals",
+        "warm evals",
     ]
     where = "" if args.fill_repo == args.repo == SAMPLE_OPS.resolve() else f" of {label(args.fill_repo)}"
     print(
-        f"budget {args.budget} evaluations per operator; {len(args.seed_list)} seeds "
+        f"budget {args.budget} evaluations per operator (fill {args.fill_budget or args.budget}); "
+        f"{len(args.seed_list)} seeds "
         f"({', '.join(map(str, args.seed_list))}), each its own fill, cold and warm runs (--kope-seed), "
         f"cold first on half of the runs; filled from {', '.join(args.fill)}{where} ({walls['fill']:.0f} s); "
         f"cold {walls['cold']:.0f} s, warm {walls['warm']:.0f} s"
@@ -352,7 +377,7 @@ def main(argv: list[str] | None = None) -> None:
     hardware = None
     for seed in args.seed_list:
         filled = work / f"filled-{seed}.db"
-        fill = optimize(fill_repo, args.fill, filled, args.budget, f"fill-{seed}", seed)
+        fill = optimize(fill_repo, args.fill, filled, args.fill_budget or args.budget, f"fill-{seed}", seed)
         cold, warm = evaluate(repo, args.eval, filled, work, args.budget, seed)
         results += compare(cold, warm, repo, seed)
         walls["fill"] += fill["wall_s"]
@@ -366,6 +391,7 @@ def main(argv: list[str] | None = None) -> None:
         json.dumps(
             {
                 "budget": args.budget,
+                "fill_budget": args.fill_budget or args.budget,
                 "seeds": args.seed_list,
                 "fill_repo": label(args.fill_repo),
                 "fill": args.fill,

@@ -139,12 +139,14 @@ def test_reaching_colds_level_is_decided_by_the_median_ratio() -> None:
             "head_to_head": {"ratio": r},
             "warm_over_cold": None,
             "warm_evals_to_cold_level": None,
+            "warm_worse": r == 0.80,
         }
         for r in (0.90, 0.93, 1.2, 0.80)
     ]
     (summary,) = cold_warm.per_operator(results)
     assert summary["head_to_head_median"] == statistics.median([0.90, 0.93, 1.2, 0.80])
     assert not summary["warm_level"] and summary["head_to_head_range"] == [0.80, 1.2]
+    assert summary["warm_worse_beyond_noise"] == 1
 
 
 def test_tables_smoke_refines_and_round_trips(tmp_path: Path) -> None:
@@ -210,6 +212,8 @@ def test_cold_warm_smoke(tmp_path: Path) -> None:
         "bench/cold_warm.py",
         "--budget",
         "1",
+        "--fill-budget",
+        "1",
         "--seeds",
         "1",
         "--fill",
@@ -223,6 +227,7 @@ def test_cold_warm_smoke(tmp_path: Path) -> None:
     data = json.loads(out.read_text())
     assert data["seeds"] == [1] and [s["operator"] for s in data["summary"]] == ["rowsum"]
     assert data["results"][0]["first"] in ("cold", "warm")
+    assert data["results"][0]["cold_evaluations"] == 1 and "warm_untried_axes" in data["results"][0]
 
 
 def test_check_spaces_smoke(tmp_path: Path) -> None:
