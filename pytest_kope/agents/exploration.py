@@ -3,8 +3,8 @@
 A warm start follows what the experience graph knows; on an axis the graph says nothing about, its
 first guess is a guess. An axis counts as *known* when the graph holds two or more of its values
 judged for this operator, or for its family on this hardware; an unknown axis counts as *explored*
-once this search has judged the incumbent and a point one move away on that axis (a one-axis
-neighbour: two values around the incumbent), or when no such neighbour exists in the space. Until
+once this search has judged two points one move away from the incumbent on that axis (one-axis
+neighbours: two values besides the incumbent's), or every such neighbour the space has. Until
 every unknown axis is explored, "no gain in N" does not end the search (`StopRule`), and the tuner
 probes those axes itself (`probe`). A new incumbent has new neighbours: exploration starts again
 around it, within the budget.
@@ -19,6 +19,7 @@ from typing import Any
 
 from ..spec import TuningSpace
 
+NEAR = 2  # one-axis neighbours of the incumbent judged before an axis counts as explored (where it has them)
 # relations (recall's "operator/hardware" form) whose points count as evidence on an axis
 EVIDENT = ("operator/", "family/hardware")
 
@@ -66,15 +67,15 @@ def neighbours(space: TuningSpace, centre: Mapping[str, Any], axis: str) -> list
 def unexplored(
     space: TuningSpace, known: set[str], centre: Mapping[str, Any], judged: Iterable[Mapping[str, Any]]
 ) -> list[str]:
-    """The unknown axes, in declared order, on which no one-axis neighbour of `centre` was judged
-    (an axis with no neighbour in the space has nothing to explore)."""
+    """The unknown axes, in declared order, on which fewer than NEAR one-axis neighbours of `centre`
+    were judged (or fewer than it has: an axis with no neighbour in the space has nothing to explore)."""
     around = {point_key(p) for p in judged}
     out = []
     for axis in space.axes:
         if axis in known:
             continue
         near = neighbours(space, centre, axis)
-        if near and not any(point_key(p) in around for p in near):
+        if sum(point_key(p) in around for p in near) < min(NEAR, len(near)):
             out.append(axis)
     return out
 

@@ -74,6 +74,7 @@ class _Search:
     judged: list[dict[str, Any]] = field(default_factory=list)  # points judged, here or before
     centre: dict[str, Any] = field(default_factory=dict)  # the incumbent's point
     since_gain: int = 0  # this search's verdicts since the last gain
+    last_arm: str = ""  # the arm of the last proposal
 
     def on_space(self, params: Any) -> dict[str, Any]:
         """`params` on this space's axes (a value it lacks: the axis's default)."""
@@ -175,16 +176,20 @@ class Tuner:
             cand = self._candidate(base, point, arm)
             s.arm_of[cand.hash] = arm
             s.pulls[arm] = s.pulls.get(arm, 0) + 1
+            s.last_arm = arm
             s.tried.update(value_key(k, v) for k, v in point.items())
             self.proposed.add(cand.hash)
             out.append(cand)
         return out
 
     def _probing(self, s: _Search) -> bool:
-        """Whether the next proposal probes an unexplored axis: a warm run's second proposal (after
-        the graph's first guess), and every proposal once PROBE_AFTER verdicts brought no gain."""
+        """Whether the next proposal probes an unexplored axis: a warm run's third proposal (the
+        graph's first guesses go first), and every other proposal once PROBE_AFTER verdicts brought
+        no gain (the arms keep the rest: covering untried values finds more on a small space)."""
         total = sum(s.pulls.values())
-        return (total == 1 and bool(s.sources)) or s.since_gain >= PROBE_AFTER
+        if total == 2 and s.sources and not s.pulls.get("probe"):
+            return True
+        return s.since_gain >= PROBE_AFTER and s.last_arm != "probe"
 
     def _probe(self, ctx: Context, s: _Search, base: Candidate, probed: set[str]) -> dict[str, Any] | None:
         """The incumbent moved on the first unexplored axis not probed in this batch, to the value
