@@ -7,6 +7,7 @@
     kope export FILE.jsonl           the whole graph as JSON Lines (and the WAL folded into the file)
     kope import FILE.jsonl           merge an export (importing twice adds nothing)
     kope judge OP FILE [pytest args] judge one candidate file as a run would (judgefile.py)
+    kope context OP [--agent A]      the prompt the LLM agent would send for OP now, and why (contextfile.py)
     kope doctor [pytest args]        check a repo's operators without optimizing
 
 `--db PATH` (before or after the command) names the graph; default ./.kope/experience.db.
@@ -68,6 +69,13 @@ def _parser() -> argparse.ArgumentParser:
     judge.add_argument("operator", help="the operator (the `kope` marker's name)")
     judge.add_argument("file", help="the candidate's kernel source")
     judge.add_argument("pytest_args", nargs=argparse.REMAINDER, help="paths and pytest options")
+    context = sub.add_parser(
+        "context", help="the prompt the LLM agent would send for an operator now, and why each piece is in it"
+    )
+    context.add_argument("operator", help="the operator (the `kope` marker's name)")
+    context.add_argument(
+        "rest", nargs=argparse.REMAINDER, help="--agent claude|openai:MODEL, --repo DIR, pytest args"
+    )
     return parser
 
 
@@ -83,6 +91,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .judgefile import main as judge_file
 
         return judge_file(argv[1:])
+    if argv[:1] == ["context"]:
+        from .contextfile import main as context
+
+        return context(argv[1:])
     args = _parser().parse_args(argv)
     db_path: Path = getattr(args, "db", DEFAULT_DB)
     try:

@@ -12,6 +12,7 @@ def add_options(parser: pytest.Parser) -> None:
     """The --kope-* options and kope_* ini values."""
     g = parser.getgroup("kope", "kernel optimization (pytest-kope)")
     _search_options(g, parser)
+    _agent_options(g, parser)
     _output_options(g, parser)
     _judge_options(g, parser)
     _executor_options(g, parser)
@@ -74,15 +75,44 @@ def _search_options(g: Any, parser: pytest.Parser) -> None:
         "minutes the whole optimize run may take, shared among the operators (default: no limit)",
         type=float,
     )
+
+
+def _agent_options(g: Any, parser: pytest.Parser) -> None:
+    """Which agent proposes, with which model, endpoint and token budget."""
     _option(
         g,
         parser,
         "kope-agent",
         "who proposes candidates: auto (claude when ANTHROPIC_API_KEY is set, else "
-        "tuner), tuner, claude, replay:DIR (default auto)",
+        "tuner), tuner, claude[:MODEL], openai:MODEL (any OpenAI-compatible server), replay:DIR "
+        "(default auto)",
     )
-    _option(g, parser, "kope-model", "model for the claude agent (default: $KOPE_MODEL or claude-sonnet-4-5)")
-    _option(g, parser, "kope-max-tokens", "cap on LLM tokens (input+output) for the whole run", type=int)
+    _option(
+        g,
+        parser,
+        "kope-model",
+        "model for the claude or openai agent (default: $KOPE_MODEL or claude-sonnet-4-6)",
+    )
+    _option(
+        g,
+        parser,
+        "kope-max-tokens",
+        "LLM tokens (input, output and cached) each operator may use; the agent stops for that operator "
+        "when they are spent (default: no limit)",
+        type=int,
+    )
+    parser.addini(
+        "kope_openai_base_url",
+        "base URL of the OpenAI-compatible server for --kope-agent openai:MODEL, or the name of the "
+        "variable that holds it (default: $OPENAI_BASE_URL)",
+        default=None,
+    )
+    parser.addini(
+        "kope_openai_key_env",
+        "name of the environment variable holding the key for --kope-agent openai:MODEL "
+        "(default OPENAI_API_KEY); never the key itself",
+        default=None,
+    )
 
 
 def _output_options(g: Any, parser: pytest.Parser) -> None:

@@ -26,24 +26,26 @@ def _count(value: Any) -> int:
 
 
 def usage_table(agent: str, usage: dict[str, Any]) -> str:
-    """One row per agent: calls, tokens in/out/cached, retries and faults ('-' where it has none)."""
+    """One row for the agent (with its provider, for an LLM) and one per operator it spent tokens on:
+    calls, tokens in/out/cached, retries and faults ('-' where the provider reports none)."""
+    label = f"{agent} ({usage['provider']})" if usage.get("provider") else agent
+    rows = [[label, *_token_cells(usage), _count(usage.get("retries")), _count(usage.get("faults"))]]
+    for op, per in sorted((usage.get("per_operator") or {}).items()):
+        if isinstance(per, dict):
+            rows.append([f"{agent}: {op}", *_token_cells(per), "", ""])
+    return tabulate(rows, headers=USAGE_HEADERS, tablefmt="github")
 
-    def cell(key: str) -> Any:
+
+def _token_cells(usage: dict[str, Any]) -> list[str]:
+    """calls, tokens in, tokens out, cached: input excludes what a cache served."""
+
+    def cell(key: str) -> str:
         return f"{usage[key]:,}" if isinstance(usage.get(key), int) else "-"
 
-    cached = None
+    cached = "-"
     if any(k in usage for k in ("cache_read_input_tokens", "cache_creation_input_tokens")):
         cached = f"{usage.get('cache_read_input_tokens', 0):,}"
-    row = [
-        agent,
-        cell("calls"),
-        cell("input_tokens"),
-        cell("output_tokens"),
-        cached or "-",
-        _count(usage.get("retries")),
-        _count(usage.get("faults")),
-    ]
-    return tabulate([row], headers=USAGE_HEADERS, tablefmt="github")
+    return [cell("calls"), cell("input_tokens"), cell("output_tokens"), cached]
 
 
 def _usage_section(data: dict[str, Any]) -> list[str]:

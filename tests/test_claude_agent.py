@@ -1,4 +1,5 @@
-"""The `claude` agent against a scripted Messages-API server over real HTTP, with the real SDK and gcc."""
+"""The LLM agent on Anthropic (`claude`) against a scripted Messages-API server over real HTTP, with the
+real SDK and gcc. The same loop on OpenAI-compatible servers: test_openai_agent.py."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from messages_server import (  # noqa: F401  (the fixture `messages_server`)
 )
 
 from pytest_kope.agents.base import Agent, Context, OperatorInfo
-from pytest_kope.agents.claude import DEFAULT_MODEL, ClaudeAgent
+from pytest_kope.agents.llm import DEFAULT_MODEL, LlmAgent, claude_agent
 from pytest_kope.candidate import Candidate
 from pytest_kope.errors import ConfigError
 from pytest_kope.judge import sandbox
@@ -47,7 +48,7 @@ void scale(const float *x, float *y, int n) {{
 """
 FASTER = KERNEL.replace("for (int i", "#pragma omp simd\n    for (int i")
 TEST_SRC = "def test_scale(scale):\n    assert_close(scale(x), 2 * x)\n"
-MakeAgent = Callable[..., ClaudeAgent]
+MakeAgent = Callable[..., LlmAgent]
 HARDWARE = {"arch": "x86_64", "cpu": "Test CPU 9000", "simd": ["avx2", "fma"], "cc": "gcc 12"}
 JAIL, JAIL_WHY = sandbox.bubblewrap()
 FENCE = re.compile(r'<untrusted-output source="([^"]*)">\s(.*?)\s*</untrusted-output>', re.S)
@@ -104,11 +105,11 @@ def make_ctx(memory: Memory | None = None, seen: frozenset[str] = frozenset()) -
 @pytest.fixture
 def agent_for(messages_server: MessagesServer, monkeypatch: pytest.MonkeyPatch) -> Iterator[MakeAgent]:
     monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
-    made: list[ClaudeAgent] = []
+    made: list[LlmAgent] = []
 
-    def make(**kw: Any) -> ClaudeAgent:
+    def make(**kw: Any) -> LlmAgent:
         kw = {"base_url": messages_server.url, "retry_delay": 0.01, "timeout": 5, **kw}
-        agent = ClaudeAgent(**kw)
+        agent = claude_agent(**kw)
         made.append(agent)
         return agent
 
@@ -347,6 +348,26 @@ def test_transient_errors_are_retried(
     assert len(messages_server.requests) == 2 and agent.usage()["faults"] == []
 
 
+def test_a_prompt_over_the_context_length_is_shrunk_and_retried_once(
+    agent_for: MakeAgent, messages_server: MessagesServer
+) -> None:
+    too_long = {
+        "type": "error",
+        "error": {
+            "type": "invalid_request_error",
+            "message": "prompt is too long: 210000 tokens > 200000 maximum",
+        },
+    }
+    messages_server.push(status(400, too_long), reply(submit()))
+    agent = agent_for()
+    records: list[dict[str, Any]] = []
+    agent.prompt_sink = records.append
+    assert len(agent.propose(make_ctx(), 1)) == 1
+    assert agent.usage()["faults"] == [] and "recalled context halved" in agent.usage()["retries"][0]
+    assert [r["shrunk"] for r in records] == [False, True] and records[1]["recall"]["budget_tokens"] == 750
+    assert all(KEY not in json.dumps(r) for r in records)
+
+
 def test_retries_run_out_then_the_round_ends_quietly(
     agent_for: MakeAgent, messages_server: MessagesServer
 ) -> None:
@@ -392,18 +413,25 @@ def test_empty_content_and_no_tool_call_give_up_after_one_reminder(
     assert [m["role"] for m in messages_server.bodies[-1]["messages"]] == ["user", "assistant", "user"]
 
 
-def test_token_cap_stops_proposing(agent_for: MakeAgent, messages_server: MessagesServer) -> None:
+def test_token_budget_stops_the_agent_for_that_operator_only(
+    agent_for: MakeAgent, messages_server: MessagesServer
+) -> None:
     messages_server.push(
         reply(tool_call("query_experience", {"question": "q"}), tokens=usage(1000, 500)),
         reply(submit()),
     )
-    agent = agent_for(max_tokens_run=3_000, min_output_tokens=1_024)
+    agent = agent_for(max_tokens=3_000, min_output_tokens=1_024)
     assert agent.propose(make_ctx(), 1) == []
     assert len(messages_server.requests) == 1
     assert messages_server.bodies[0]["max_tokens"] <= 3_000
-    (fault,) = agent.usage()["faults"]
-    assert "token cap reached" in fault and "1500 tokens used" in fault
+    why = agent.stopped_for("scale")
+    assert why and "token budget for scale spent: 1500 of 3000 tokens used" in why
+    assert agent.usage()["faults"] == [] and why in agent.usage()["notes"]  # a clean stop, not a fault
     assert agent.propose(make_ctx(), 1) == [] and len(messages_server.requests) == 1
+    # another operator has a budget of its own
+    other = make_ctx()
+    other.operator.name = "scale2"
+    assert len(agent.propose(other, 1)) == 1 and agent.stopped_for("scale2") is None
 
 
 def test_unauthorized_stops_the_agent(agent_for: MakeAgent, messages_server: MessagesServer) -> None:
@@ -416,7 +444,7 @@ def test_unauthorized_stops_the_agent(agent_for: MakeAgent, messages_server: Mes
 def test_missing_key_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     with pytest.raises(ConfigError, match=r"^--kope-agent claude needs ANTHROPIC_API_KEY \(export it"):
-        ClaudeAgent()
+        claude_agent()
 
 
 def test_model_from_env(agent_for: MakeAgent, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -491,7 +519,7 @@ def test_sdk_warnings_become_notes_not_errors(agent_for: MakeAgent, messages_ser
     assert u["faults"] == [] and any("deprecated" in n for n in u["notes"])
 
 
-def test_token_cap_from_an_ini_string(agent_for: MakeAgent) -> None:
-    assert agent_for(max_tokens_run="50000").max_tokens_run == 50_000
+def test_token_budget_from_an_ini_string(agent_for: MakeAgent) -> None:
+    assert agent_for(max_tokens="50000").max_tokens == 50_000
     with pytest.raises(ConfigError, match="whole number"):
-        agent_for(max_tokens_run="lots")
+        agent_for(max_tokens="lots")

@@ -85,3 +85,19 @@ def test_a_conftest_can_override_every_hook(pytester: pytest.Pytester) -> None:
     )
     pytester.makepyfile("def test_x():\n    pass\n")
     pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=1)
+
+
+def test_readme_says_how_to_bring_your_own_model(pytester: pytest.Pytester) -> None:
+    help_text = pytester.runpytest_subprocess("--help").stdout.str()
+    for ini in ("kope_openai_base_url", "kope_openai_key_env"):
+        assert ini in help_text and f"`{ini}`" in README, ini
+    section = README.split("## Bring your own model")[1].split("\n## ")[0]
+    for server in ("vLLM", "Ollama", "DeepSeek"):
+        assert server in section, server
+    assert section.count("--kope-agent openai:") >= 3 and "OPENAI_BASE_URL" in section
+    assert "kope_openai_key_env=DEEPSEEK_API_KEY" in section  # the ini names the variable, not the key
+    assert "kope context OP [--agent claude|openai:MODEL] [--repo DIR]" in section
+    assert "prompts/<operator>/round-NNN.json" in section
+    from pytest_kope import cli
+
+    assert "kope context" in (cli.__doc__ or "") and "kope context softmax" in README

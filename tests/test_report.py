@@ -101,8 +101,20 @@ def test_report_md_is_for_people(tmp_path: Path) -> None:
     assert "{" not in md and "```" not in md  # no raw JSON
     assert "- Outcome: kope: 3 operators, 1 verified winner (3.0x), 1 stopped, 1 not reached" in md
     rows = [[c.strip() for c in line.strip("|").split("|")] for line in md.splitlines() if "| claude" in line]
-    assert rows == [["claude", "7", "12,000", "3,400", "9,000", "1", "1"]]
-    assert "| agent   |   calls |   tokens in |   tokens out |   cached |   retries |   faults |" in md
+    assert rows == [
+        ["claude", "7", "12,000", "3,400", "9,000", "1", "1"],
+        ["claude: f", "7", "-", "-", "-", "", ""],  # one row per operator: --kope-max-tokens is per operator
+    ]
+    header = next(line for line in md.splitlines() if line.startswith("| agent"))
+    assert [c.strip() for c in header.strip("|").split("|")] == [
+        "agent",
+        "calls",
+        "tokens in",
+        "tokens out",
+        "cached",
+        "retries",
+        "faults",
+    ]
     assert "- f: HTTP 529 overloaded" in md
     section = md.split("## f\n")[1].split("## g\n")[0]
     assert (

@@ -445,7 +445,7 @@ def test_c_source_screen(source, found):
 
 def test_one_c_screen_for_the_toolchains_and_the_agent():
     from pytest_kope.agents.base import OperatorInfo
-    from pytest_kope.agents.claude import tools
+    from pytest_kope.agents.llm import tools
     from pytest_kope.toolchains import ascendc, c
 
     text = 'const char *u = "//"; void f(void) { getenv("HOME"); }'

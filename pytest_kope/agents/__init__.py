@@ -41,21 +41,38 @@ def _replay(arg: str, config: pytest.Config) -> Agent:
 
 
 def _claude(arg: str, config: pytest.Config) -> Agent:
-    _no_arg("claude", arg)
-    from .claude import ClaudeAgent
+    from .llm import claude_agent
 
-    model = config.getoption("kope_model") or config.getini("kope_model") or os.environ.get("KOPE_MODEL")
-    return ClaudeAgent(
-        model=model or None,
+    return claude_agent(
+        model=arg or _model(config) or None,
         api_key=os.environ.get("ANTHROPIC_API_KEY"),
         base_url=os.environ.get("ANTHROPIC_BASE_URL"),
-        max_tokens_run=config.getoption("kope_max_tokens") or config.getini("kope_max_tokens") or None,
+        max_tokens=_max_tokens(config),
     )
+
+
+def _openai(arg: str, config: pytest.Config) -> Agent:
+    from .llm import openai_agent, openai_endpoint
+
+    key, url = openai_endpoint(config.getini("kope_openai_key_env"), config.getini("kope_openai_base_url"))
+    return openai_agent(arg or _model(config), api_key=key, base_url=url, max_tokens=_max_tokens(config))
+
+
+def _model(config: pytest.Config) -> str:
+    return str(
+        config.getoption("kope_model") or config.getini("kope_model") or os.environ.get("KOPE_MODEL") or ""
+    )
+
+
+def _max_tokens(config: pytest.Config) -> Any:
+    """--kope-max-tokens: the LLM tokens each operator may use."""
+    return config.getoption("kope_max_tokens") or config.getini("kope_max_tokens") or None
 
 
 _BUILTIN: dict[str, Callable[[str, pytest.Config], Agent]] = {
     "tuner": _tuner,
     "claude": _claude,
+    "openai": _openai,
     "replay": _replay,
 }
 

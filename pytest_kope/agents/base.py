@@ -1,6 +1,6 @@
 """What an agent is: it proposes candidates for one operator and hears how they were judged.
 
-Agents are made by the `pytest_kope_make_agent` hook: `tuner`, `claude` and `replay:DIR` are built in.
+Agents are made by the `pytest_kope_make_agent` hook: `tuner`, `claude[:MODEL]`, `openai:MODEL` and `replay:DIR` are built in.
 """
 
 from __future__ import annotations

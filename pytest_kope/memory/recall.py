@@ -80,6 +80,7 @@ class RecalledLesson:
     wins: int = 0
     fails: int = 0
     effect: float | None = None  # geometric mean ratio against the parent, over correct observations
+    relevance: float = 1.0  # 1 + the FTS bonus against the state: why `kope context` says it was picked
 
     def line(self) -> str:
         return f"- {self.text} [value {self.value:.2f}, {self.scope}]"
@@ -97,6 +98,7 @@ class Recall:
     exemplars: list[dict[str, Any]] = field(default_factory=list)
     seed_points: list[dict[str, Any]] = field(default_factory=list)
     points: list[dict[str, Any]] = field(default_factory=list)  # past attempts, for the tuner's model
+    left_out: list[str] = field(default_factory=list)  # lines found but over the token budget
 
     def preferred_params(self) -> list[tuple[str, object, float]]:
         """(param, value, weight) from parameter lessons, best first: weight in [-1, 1] is the lesson's
@@ -176,11 +178,14 @@ def recall(graph: Graph, query: RecallQuery) -> Recall:
     lessons = _lessons(graph, query, params)
     exemplars, seeds = _exemplars(graph, query, params)
     budget = query.max_tokens
+    found = [lesson.line() for lesson in lessons] + [exemplar_line(ex) for ex in exemplars]
     if budget is not None:
         lessons = _fit(lessons, lambda lesson: tokens(lesson.line()) + 1, int(budget * LESSON_SHARE))
         spent = sum(tokens(lesson.line()) + 1 for lesson in lessons)
         exemplars = _with_sources(graph, exemplars, budget - spent)
+    kept = {lesson.line() for lesson in lessons} | {exemplar_line(ex) for ex in exemplars}
     return Recall(
+        left_out=[line for line in found if line not in kept],
         lessons=lessons,
         exemplars=exemplars,
         seed_points=seeds[: max(query.max_items, 1)],
@@ -246,6 +251,7 @@ def _lessons(graph: Graph, query: RecallQuery, params: dict[str, Any]) -> list[R
                 wins=r["wins"] or 0,
                 fails=r["fails"] or 0,
                 effect=r["effect"],
+                relevance=rel,
             )
         )
     scored.sort(key=lambda lesson: (-lesson.score, -lesson.id))
@@ -354,6 +360,7 @@ def _exemplar(kind: str, r: dict[str, Any]) -> dict[str, Any]:
         "outcome": r["outcome"],
         "speedup": r["speedup"],
         "failure": r.get("failure") or "",
+        "structure": r.get("structure"),
         "source_hash": r["source_hash"],
         "source": None,
     }

@@ -67,8 +67,9 @@ class Concurrency:
             return s
         view = copy.copy(s)
         view.agent = s.config.hook.pytest_kope_make_agent(name=s.settings.agent, config=s.config)
-        if hasattr(view.agent, "graph_sink"):
-            view.agent.graph_sink = s.agent.graph_sink
+        for sink in ("graph_sink", "prompt_sink"):
+            if hasattr(view.agent, sink):
+                setattr(view.agent, sink, getattr(s.agent, sink))
         self.agents.append(view.agent)
         return view
 
@@ -121,12 +122,16 @@ class Concurrency:
 
 def total_usage(agents: list[Any]) -> dict[str, Any]:
     """The agents' usage summed (one agent per operator under --kope-concurrency): numbers add up,
-    anything else is the first agent's."""
+    lists (faults, retries, notes) join, dicts (per_operator) merge, anything else is the first agent's."""
     total: dict[str, Any] = {}
     for agent in agents:
         for key, value in (agent.usage() if hasattr(agent, "usage") else {}).items():
             if isinstance(value, (int, float)) and not isinstance(value, bool) and key in total:
                 total[key] += value
+            elif isinstance(value, list) and isinstance(total.get(key), list):
+                total[key] = total[key] + value
+            elif isinstance(value, dict) and isinstance(total.get(key), dict):
+                total[key] = {**total[key], **value}
             else:
                 total.setdefault(key, value)
     return total

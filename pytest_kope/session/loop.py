@@ -351,6 +351,9 @@ class OperatorLoop:
         operator and reported faults (an unreachable API, a refused key), an error naming the first."""
         name = getattr(agent, "name", "agent")
         usage = agent.usage() if hasattr(agent, "usage") else {}
+        spent = agent.stopped_for(self.op.name) if hasattr(agent, "stopped_for") else None
+        if spent:  # its token budget for this operator (--kope-max-tokens): a clean stop
+            return (Stop.AGENT_DONE if proposed else Stop.ERROR), spent
         mine = [f for f in usage.get("faults", []) if str(f).startswith(f"{self.op.name}: ")]
         if proposed or not mine:
             return Stop.AGENT_DONE, f"the {name} agent proposed nothing new"

@@ -84,7 +84,9 @@ class KopeSession:
             self.explore_rate = explore_rate(config)
             self.agent = config.hook.pytest_kope_make_agent(name=name, config=config)
             if self.agent is None:
-                raise ConfigError(f"--kope-agent {name}: no such agent (tuner, claude, replay:DIR)")
+                raise ConfigError(
+                    f"--kope-agent {name}: no such agent (auto, tuner, claude[:MODEL], openai:MODEL, replay:DIR)"
+                )
             # Candidates from any agent but the built-in tuner (which only rebuilds the committed source)
             # are untrusted code: they run only in the jail unless the user says otherwise.
             unjailed_ok = type(self.agent) is Tuner or self.settings.allow_unjailed
@@ -276,6 +278,10 @@ class KopeSession:
             self.agent.graph_sink = lambda op, model, used: self.graph.record_llm_call(
                 self.run_id, op, model, used
             )
+        if hasattr(self.agent, "prompt_sink"):  # and every prompt they open a round with, for audit
+            from ..agents.llm.record import write
+
+            self.agent.prompt_sink = lambda made: write(self.run_dir, made)
 
     def _open_store(self) -> None:
         """The run's home, `.kope/`, the graph, the run folder, git and the publisher."""

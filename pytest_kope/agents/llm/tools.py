@@ -1,6 +1,6 @@
-"""The claude agent's tools, apart from the conversation: `submit_candidate` (checks a source against
-the operator's contract and screen), `compile_draft` (a quick build in the judge's sandbox), and the
-`tuning_space` merge."""
+"""The LLM agent's tools, apart from the conversation: `submit_candidate` (checks a source against
+the operator's contract and screen), `compile_draft` (a quick build in the judge's sandbox), the
+`tuning_space` merge, and the candidates of a plain-text reply (models served without tool calls)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,8 @@ from . import prompt
 
 COMPILER_CHARS = 2_000
 _KOPE_LINE = re.compile(r"^\s*(?://+|#+|/\*+|\*+)?\s*kope:")
+_FENCED = re.compile(r"^```[ \t]*([\w+-]*)[^\n]*\n(.*?)^```", re.S | re.M)
+_IDEA = re.compile(r"^\W*idea\W*:\s*(.+)$", re.I | re.M)
 
 
 def submit(
@@ -27,7 +29,7 @@ def submit(
     accepted: list[Candidate],
     n: int,
     scrub: Callable[[str], str],
-    agent: str = "claude",
+    agent: str,
 ) -> tuple[str, bool]:
     """The `submit_candidate` tool: a candidate appended to `accepted`, or why not; (text, is_error)."""
     op = ctx.operator
@@ -128,14 +130,30 @@ def merge_space(source: str, space: str, filename: str, notes: list[str]) -> str
     return "".join(lines[:at] + new + lines[at:])
 
 
-def _param(block: Any) -> dict[str, Any] | None:
-    if block.type == "tool_use":
-        return {"type": "tool_use", "id": block.id, "name": block.name, "input": block.input}
-    return {"type": "text", "text": block.text} if block.text.strip() else None
+def compile_problem(ctx: Context, source: str, timeout: float, cc: str | None) -> str:
+    """'' when a draft compiles (or has no quick check here), else what the compiler or screen said."""
+    said = compile_check(ctx, source, timeout, cc)
+    return "" if said.startswith(("ok", "no quick check")) else said
 
 
-def _chars(messages: list[dict[str, Any]]) -> int:
-    return len(json.dumps(messages)) + len(prompt.SYSTEM) + len(json.dumps(prompt.TOOLS))
+def fenced_candidates(text: str) -> list[dict[str, str]]:
+    """The candidates of a plain-text reply: each fenced code block with the `Idea:` line before it
+    and a following block tagged `kope` as its tuning space (submit_candidate's fields)."""
+    found: list[dict[str, str]] = []
+    at = 0
+    for m in _FENCED.finditer(text or ""):
+        tag, body = m.group(1).lower(), m.group(2)
+        before = text[at : m.start()]
+        at = m.end()
+        if tag == "kope" and found and not before.strip():
+            found[-1]["tuning_space"] = body
+            continue
+        if tag == "kope" or not body.strip():
+            continue
+        ideas = _IDEA.findall(before)
+        idea = ideas[-1] if ideas else next((x for x in before.splitlines() if x.strip()), "")
+        found.append({"source": body, "idea": idea.strip(" *:#-") or "(no idea given)"})
+    return found
 
 
 def _seen(ctx: Context, digest: str) -> bool:
@@ -164,10 +182,6 @@ def screen(ctx: Context, body: str) -> list[str]:
     if op.screen is None:
         return []
     return list(op.screen(Candidate(body, Path(op.filename).name, op.toolchain)))
-
-
-def _msg(e: Any) -> str:
-    return prompt.clip(str(getattr(e, "message", "") or e), 200)
 
 
 def _needs(field: str) -> str:

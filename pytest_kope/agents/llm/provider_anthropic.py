@@ -1,0 +1,123 @@
+"""The Anthropic Messages API for the LLM agent (`--kope-agent claude[:MODEL]`).
+
+The system prompt and the operator block are marked for prompt caching: they are the same text every
+round, so from the second call on the API serves them from its cache (cache_read_input_tokens).
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from typing import Any, cast
+
+from ...errors import ConfigError
+from . import prompt
+from .wire import TOKEN_KEYS, CallError, Reply, ToolCall, Turn, clip, error_message, retry_after, status_kind
+
+DEFAULT_MODEL = "claude-sonnet-4-6"  # a current model: the SDK warns of deprecated ones
+NO_KEY = "--kope-agent claude needs ANTHROPIC_API_KEY (export it, or use --kope-agent tuner)"
+_CACHED = {"type": "ephemeral"}
+_STOPS = {"tool_use": "tool_use", "max_tokens": "max_tokens", "refusal": "refusal"}
+
+
+class AnthropicProvider:
+    """Anthropic's Messages API, with the system prompt and operator block cached."""
+
+    name = "anthropic"
+    api = "the Messages API"
+
+    def __init__(
+        self,
+        model: str | None = None,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        timeout: float = 120,
+    ):
+        key = api_key or os.environ.get("ANTHROPIC_API_KEY") or ""
+        if not key.strip():
+            raise ConfigError(NO_KEY)
+        try:
+            import anthropic
+        except ImportError as e:  # a core dependency, but an environment can still lack it
+            raise ConfigError(
+                f"the claude agent needs the anthropic SDK: pip install pytest-kope ({e})"
+            ) from None
+        self._sdk = anthropic
+        self.secrets = [key]
+        self.model = model or os.environ.get("KOPE_MODEL") or DEFAULT_MODEL
+        # One retry layer, the agent's: the SDK's would sleep 0.5 s on `retry-after: 0` and hide attempts.
+        kwargs: dict[str, Any] = {"api_key": key, "timeout": timeout, "max_retries": 0}
+        if base_url:
+            kwargs["base_url"] = base_url
+        self._client = anthropic.Anthropic(**kwargs)
+
+    def send(self, system: str, turns: list[Turn], max_out: int, tools: bool) -> Reply:
+        """One Messages-API request. The SDK's warnings come back as notes: under the user's
+        `filterwarnings = error` a deprecation warning would otherwise raise."""
+        extra: dict[str, Any] = {"tools": cast(Any, prompt.TOOLS)} if tools else {}
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                response = self._client.messages.create(
+                    model=self.model,
+                    max_tokens=max_out,
+                    system=cast(Any, [{"type": "text", "text": system, "cache_control": _CACHED}]),
+                    messages=cast(Any, [_message(t, i == 0) for i, t in enumerate(turns)]),
+                    **extra,
+                )
+            except (ValueError, self._sdk.AnthropicError) as e:  # ValueError: a garbled body
+                raise self._error(e) from None
+        blocks = [b for b in (response.content or []) if b.type in ("text", "tool_use")]
+        u = response.usage
+        return Reply(
+            text="\n".join(b.text for b in blocks if b.type == "text" and b.text.strip()),
+            calls=[
+                ToolCall(b.id, b.name, b.input if isinstance(b.input, dict) else {})
+                for b in blocks
+                if b.type == "tool_use"
+            ],
+            stop=_STOPS.get(str(response.stop_reason), "end"),
+            usage={k: int(getattr(u, k, 0) or 0) for k in TOKEN_KEYS},
+            notes=[f"{w.category.__name__}: {w.message}" for w in caught],
+        )
+
+    def _error(self, e: Exception) -> CallError:
+        sdk = self._sdk
+        if isinstance(e, sdk.APIStatusError):
+            code, headers, message = e.status_code, e.response.headers, error_message(e)
+            kind = status_kind(code, message)
+            should = headers.get("x-should-retry", "")
+            if kind in ("retry", "fail") and should in ("true", "false"):
+                kind = "retry" if should == "true" else "fail"
+            return CallError(
+                kind, f"HTTP {code} from {self.api}: {message}", retry_after(headers), f"HTTP {code}"
+            )
+        if isinstance(e, sdk.APITimeoutError):
+            return CallError("retry", f"time-out talking to {self.api}", short="time-out")
+        if isinstance(e, sdk.APIConnectionError):
+            return CallError("retry", f"connection error talking to {self.api}", short="connection error")
+        return CallError("fail", f"malformed reply from {self.api} ({type(e).__name__}: {clip(e)})")
+
+    def close(self) -> None:
+        self._client.close()
+
+
+def _message(turn: Turn, first: bool) -> dict[str, Any]:
+    """A Turn as a Messages-API message; the first turn's static block is marked for caching."""
+    if turn.role == "assistant":
+        said = [{"type": "text", "text": turn.text}] if turn.text.strip() else []
+        uses = [{"type": "tool_use", "id": c.id, "name": c.name, "input": c.input} for c in turn.calls]
+        return {"role": "assistant", "content": said + uses}
+    content: list[dict[str, Any]] = [
+        {
+            "type": "tool_result",
+            "tool_use_id": r.call_id,
+            "content": r.text,
+            **({"is_error": True} if r.error else {}),
+        }
+        for r in turn.results
+    ]
+    for i, text in enumerate(turn.parts):
+        block: dict[str, Any] = {"type": "text", "text": text}
+        content.append({**block, "cache_control": _CACHED} if first and i == 0 else block)
+    return {"role": "user", "content": content}

@@ -1,0 +1,126 @@
+"""`kope context OP [--agent claude|openai:MODEL] [--repo DIR] [pytest args]`: see what the model sees.
+
+Prints the prompt the LLM agent would open its first round for operator OP with, now: the system
+prompt, the static block (kernel, tests, contract, hardware) and the dynamic block with the experience
+recalled from the repo's graph, and for each recalled lesson or attempt why it was picked (score,
+similarity, value, relevance, operator and hardware match), the tokens it used out of the recall
+budget, and what was left out. It collects the operator as a run does (pytest, in this process), reads
+the graph, and needs no key: nothing is sent anywhere. The timings of the
+committed kernel appear in a run's prompt once the run has measured it; here they are absent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .agents.llm.agent import RECALL_TOKENS
+
+USAGE = "kope context OPERATOR [--agent claude|openai:MODEL] [--repo DIR] [pytest args]"
+
+
+def main(argv: Sequence[str]) -> int:
+    """Print the prompt record for the operator; 2 when it cannot be made."""
+    parser = argparse.ArgumentParser(prog="kope context", usage=USAGE, description=__doc__.split("\n\n")[1])
+    parser.add_argument("operator", help="the operator (the `kope` marker's name)")
+    parser.add_argument("--agent", default="claude", help="claude[:MODEL] or openai:MODEL (default claude)")
+    parser.add_argument("--repo", type=Path, default=Path("."), help="the operator repo (default .)")
+    parser.add_argument("--db", type=Path, help="experience graph (default REPO/.kope/experience.db)")
+    args, rest = parser.parse_known_args(list(argv))
+    found = Finder(args.operator, args.agent, args.db or args.repo / ".kope" / "experience.db")
+    said = io.StringIO()
+    with contextlib.redirect_stdout(said):
+        code = pytest.main(
+            ["--collect-only", "-q", "-p", "no:cacheprovider", str(args.repo), *rest], plugins=[found]
+        )
+    if found.text is None:
+        why = found.error or f"pytest found no operator {args.operator!r} (exit {code})"
+        print(f"kope context: {why}\n{said.getvalue()[-2000:]}".rstrip(), file=sys.stderr)
+        return 2
+    print(found.text, end="")
+    return 0
+
+
+class Finder:
+    """A pytest plugin: after collection, the prompt record of the named operator."""
+
+    def __init__(self, operator: str, agent: str, db: Path):
+        self.operator, self.agent, self.db = operator, agent, db
+        self.text: str | None = None
+        self.error = ""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        from .errors import KopeError
+        from .operator import operator_of
+
+        mine = [(item, op) for item in items if (op := operator_of(item)) and op.name == self.operator]
+        if not mine:
+            return
+        try:
+            self.text = self._prompt(config, mine)
+        except KopeError as e:
+            self.error = str(e)
+
+    def _prompt(self, config: pytest.Config, mine: list[tuple[pytest.Item, Any]]) -> str:
+        from .agents.base import Context, OperatorInfo
+        from .agents.llm.agent import prompt_record
+        from .agents.llm.record import text
+        from .judge.outcome import Judged, Outcome
+        from .toolchains import toolchain_of
+
+        op = mine[0][1]
+        tc = toolchain_of(config, op.toolchain)
+        files = sorted({Path(str(item.path)) for item, _ in mine})
+        tests = {str(f): f.read_text() for f in files}
+        info = OperatorInfo(
+            op.name,
+            op.family,
+            op.toolchain,
+            op.source.name,
+            op.text,
+            op.searched_space,
+            op.spec.kernels,
+            tests,
+        )
+        hw = tc.fingerprint()
+        base = Judged(op.baseline(), Outcome.OK, speedup=1.0)
+        budget = int(config.getoption("kope_budget") or config.getini("kope_budget") or 24)
+        ctx = Context(info, hw, base, base, [base], budget, recall=lambda **kw: None, seen=lambda h: False)
+        kind, _, model = self.agent.partition(":")
+        made = prompt_record(ctx, 2, self._recall(ctx), RECALL_TOKENS, [], [], plain=False)
+        head = {"operator": op.name, "round": 1, "agent": kind, "provider": PROVIDERS.get(kind, kind)}
+        return text({**head, "model": model or _default_model(kind), **made})
+
+    def _recall(self, ctx: Any) -> Any:
+        """What the agent's first recall finds (the session's recaller, without marking lessons used)."""
+        from .agents.llm.prompt import recall_state
+        from .memory import Graph
+        from .memory.recall import RecallQuery
+
+        if not self.db.is_file():
+            return None
+        op = ctx.operator
+        query = RecallQuery(
+            op.name, op.family, ctx.hardware, op.toolchain, recall_state(ctx, []), 12, RECALL_TOKENS
+        )
+        with Graph(self.db) as graph:
+            return graph.recall(query)
+
+
+PROVIDERS = {"claude": "anthropic", "openai": "openai"}
+
+
+def _default_model(kind: str) -> str:
+    import os
+
+    from .agents.llm import DEFAULT_MODEL
+
+    return os.environ.get("KOPE_MODEL") or (DEFAULT_MODEL if kind == "claude" else "(give openai:MODEL)")
