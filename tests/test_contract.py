@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from chat_server import ChatServer, chat_server_fixture, completion  # noqa: F401  (the fixture)
+from chat_server import tool_call as chat_tool_call
 from messages_server import (  # noqa: F401  (the fixture `messages_server`)
     MessagesServer,
     messages_server_fixture,
@@ -129,20 +131,26 @@ def _context() -> Context:
 
 
 @pytest.fixture
-def recorded(tmp_path: Path, messages_server: MessagesServer, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """What each agent is fed: a replay folder, and a recorded reply on the local Messages API."""
+def recorded(
+    tmp_path: Path, messages_server: MessagesServer, chat_server: ChatServer, monkeypatch: pytest.MonkeyPatch
+) -> Path:
+    """What each agent is fed: a replay folder, and a recorded reply on the local Messages API and on
+    the local chat-completions API."""
     (tmp_path / "scale").mkdir()
     (tmp_path / "scale" / "simd.c").write_text(FASTER)
     submit = {"source": FASTER, "idea": "vectorize the tail with omp simd"}
     messages_server.push(reply(tool_call("submit_candidate", submit)))
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-contract")
     monkeypatch.setenv("ANTHROPIC_BASE_URL", messages_server.url)
+    chat_server.push(completion(chat_tool_call("submit_candidate", submit)))
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-contract-openai")
+    monkeypatch.setenv("OPENAI_BASE_URL", chat_server.url)
     return tmp_path
 
 
 @pytest.fixture(params=agents.names())
 def agent(request: pytest.FixtureRequest, pytestconfig: pytest.Config, recorded: Path) -> Iterator[Agent]:
-    name = f"replay:{recorded}" if request.param == "replay" else request.param
+    name = {"replay": f"replay:{recorded}", "openai": "openai:test-model"}.get(request.param, request.param)
     made = pytestconfig.hook.pytest_kope_make_agent(name=name, config=pytestconfig)
     assert made is not None, f"the registry makes no agent {name!r}"
     yield made
