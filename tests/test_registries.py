@@ -1,4 +1,5 @@
-"""Adding a toolchain, a guard or a report format touches only its own code and one registry line.
+"""Adding a toolchain, an agent, a guard or a report format touches only its own code and one registry
+line (or hook).
 
 Each test defines a toy one here and shows it working through the real machinery: the toy toolchain
 optimizes an operator end to end (collection by suffix, judging children, timing, the report), the toy
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from op_repos import INI
+from op_repos import INI, UNJAILED
 
 from pytest_kope import report_formats
 from pytest_kope.candidate import Candidate
@@ -136,6 +137,57 @@ def test_a_toy_toolchain_is_optimized_end_to_end(pytester: pytest.Pytester, toy_
     assert op["toolchain"] == "toy" and op["baseline_s"] > 0  # found by its suffix, built and timed
     assert [c["params"] for c in op["candidates"]] == [{"CHUNK": 4}]  # the tuner swept its space
     assert op["candidates"][0]["outcome"] in ("ok", "better")
+
+
+# A whole toy agent: an AgentBase subclass (the declarations' defaults) and the hook; and an object
+# that declares nothing, which the run refuses in one line naming what it lacks.
+TOY_AGENT = """
+from pytest_kope.agents.base import AgentBase
+from pytest_kope.candidate import Candidate
+
+
+class Once(AgentBase):
+    name = "once"
+
+    def __init__(self):
+        self.gave = set()
+
+    def propose(self, ctx, n):
+        if ctx.operator.name in self.gave:
+            return []
+        self.gave.add(ctx.operator.name)
+        c = ctx.baseline.candidate
+        return [Candidate(c.source, c.filename, c.toolchain, {**c.params, "CHUNK": 4}, "chunk 4", self.name, c.hash)]
+
+
+class Bare:
+    name = "bare"
+
+    def propose(self, ctx, n):
+        return []
+
+
+def pytest_kope_make_agent(name, config):
+    return {"once": Once, "bare": Bare}[name]() if name in ("once", "bare") else None
+"""
+
+
+def test_a_toy_agent_is_one_class_and_one_hook(pytester: pytest.Pytester, toy_repo: Path) -> None:
+    (toy_repo / "conftest.py").write_text(TOY_CONFTEST + TOY_AGENT)
+    args = ["-p", "no:cacheprovider", "--kope-optimize", "--kope-budget", "2", "--kope-no-commit", *UNJAILED]
+    result = pytester.runpytest_subprocess(
+        *args, "--kope-agent", "once", "--kope-report", "out.json", timeout=600
+    )
+    assert result.ret == 0, result.stdout.str()[-3000:]
+    (op,) = json.loads((toy_repo / "out.json").read_text())["operators"]
+    assert [(c["params"], c["agent"]) for c in op["candidates"]] == [({"CHUNK": 4}, "once")]
+    assert op["stopped"]["reason"] == "agent_done"
+    bare = pytester.runpytest_subprocess(*args, "--kope-agent", "bare", timeout=600)
+    assert bare.ret == 4
+    bare.stderr.fnmatch_lines(
+        ["*--kope-agent bare: Bare lacks *needs_jail*; subclass pytest_kope.agents.base.AgentBase*"]
+    )
+    assert "Traceback" not in bare.stderr.str() + bare.stdout.str()
 
 
 def test_a_toy_guard_is_one_class_and_one_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

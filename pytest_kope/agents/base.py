@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from ..candidate import Candidate
+from ..errors import ConfigError
 from ..judge.outcome import Judged
 from ..spec import TuningSpace
 from .exploration import Exploration
@@ -46,18 +47,26 @@ class Context:
     seen: Callable[[str], bool]  # is a candidate hash already in the graph for this task?
 
 
+Sink = Callable[[str, str, dict[str, int]], None]  # (operator, model, tokens used) of one LLM call
+PromptSink = Callable[[dict[str, Any]], object]  # one round's prompt record, for the run folder
+
+
 @runtime_checkable
 class Agent(Protocol):
-    """What proposes candidates: see `propose` and `observe`; made by `pytest_kope_make_agent`."""
+    """What proposes candidates, made by `pytest_kope_make_agent`: everything the run asks of an
+    agent is declared here (subclass `AgentBase` for the defaults), never probed for."""
 
     name: str
+    needs_jail: bool  # its candidates are untrusted code: judged only in the bubblewrap jail
+    exhaustive: bool  # a fixed list meant to be judged whole (replay): --kope-patience does not stop it
+    tunes_spaces: bool  # it tunes declared knobs itself; else a tuner sweeps its candidates' knobs
+    done: str | None  # why the last empty proposal ended the search (it converged), else None
+    graph_sink: Sink | None  # set by the session: where an LLM agent records each call's tokens
+    prompt_sink: PromptSink | None  # set by the session: where each round's prompt is recorded
 
     def propose(self, ctx: Context, n: int) -> list[Candidate]:
-        """Up to `n` new candidates. An empty list means the agent has nothing more to try; an agent
-        that knows its search has converged may say why in an attribute `done` (a str, else None),
-        which the report gives as the reason the operator's search stopped. An agent whose list is
-        fixed and meant to be judged whole (replay) sets a class attribute `exhaustive = True`: then
-        --kope-patience does not stop it early."""
+        """Up to `n` new candidates; an empty list means the agent has nothing more to try (`done`
+        says why when it has converged)."""
 
     def observe(self, ctx: Context, results: list[Judged]) -> None:
         """The verdicts on the last proposals (in the order proposed)."""
@@ -65,13 +74,68 @@ class Agent(Protocol):
     def usage(self) -> dict[str, Any]:
         """Cost so far for the report: e.g. calls, input/output/cache tokens, faults seen."""
 
+    def stopped_for(self, operator: str) -> str | None:
+        """Why it proposes nothing more for `operator` (e.g. its token budget is spent), or None."""
 
-@runtime_checkable
-class Explores(Protocol):
-    """An agent that knows which axes of an operator's space it has not explored around the
-    incumbent (the tuner): no gain in N evaluations does not stop it while there are any, and the
-    report names them."""
+    def unexplored(self, operator: str) -> list[str]:
+        """The axes nothing in the graph speaks for that it has not explored around the incumbent:
+        while there are any, no gain in N evaluations does not stop the search."""
 
-    def unexplored(self, operator: str) -> list[str]: ...
+    def exploration(self, operator: str) -> Exploration | None:
+        """For the report: the axes known from the graph, explored, and never explored."""
 
-    def exploration(self, operator: str) -> Exploration | None: ...
+    def close(self) -> None:
+        """Release what it holds (an HTTP client): the run is over."""
+
+
+class AgentBase:
+    """The defaults of `Agent`: an agent whose candidates are new code, judged in the jail, with no
+    cost, no exploration bookkeeping and nothing to release. Subclass it and override what differs."""
+
+    name = "agent"
+    needs_jail = True
+    exhaustive = False
+    tunes_spaces = False
+    done: str | None = None
+    graph_sink: Sink | None = None
+    prompt_sink: PromptSink | None = None
+
+    def propose(self, ctx: Context, n: int) -> list[Candidate]:
+        raise NotImplementedError
+
+    def observe(self, ctx: Context, results: list[Judged]) -> None:
+        pass
+
+    def usage(self) -> dict[str, Any]:
+        return {}
+
+    def stopped_for(self, operator: str) -> str | None:
+        return None
+
+    def unexplored(self, operator: str) -> list[str]:
+        return []
+
+    def exploration(self, operator: str) -> Exploration | None:
+        return None
+
+    def close(self) -> None:
+        pass
+
+
+DECLARED = (
+    *("name", "needs_jail", "exhaustive", "tunes_spaces", "done", "graph_sink", "prompt_sink"),
+    *("propose", "observe", "usage", "stopped_for", "unexplored", "exploration", "close"),
+)
+
+
+def declared(made: Any, name: str) -> Agent:
+    """What `pytest_kope_make_agent` returned, checked once against `Agent` (a ConfigError names
+    what is missing: subclass AgentBase for the defaults)."""
+    missing = [a for a in DECLARED if not hasattr(made, a)]
+    if missing:
+        raise ConfigError(
+            f"--kope-agent {name}: {type(made).__name__} lacks {', '.join(sorted(missing))}; "
+            "subclass pytest_kope.agents.base.AgentBase for the defaults"
+        )
+    agent: Agent = made
+    return agent

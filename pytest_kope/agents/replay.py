@@ -14,10 +14,10 @@ from ..candidate import Candidate
 from ..errors import ConfigError
 from ..judge.outcome import Judged
 from ..spec import parse_spec
-from .base import Context
+from .base import AgentBase, Context
 
 
-class Replay:
+class Replay(AgentBase):
     """Proposes the candidates recorded in a folder, `DIR/<operator>/<name>.<ext>`, each once."""
 
     name = "replay"

@@ -25,7 +25,7 @@ from ..judge.outcome import Judged, Outcome, Timing
 from ..memory.recall import RecallQuery
 from ..spec import parse_spec
 from ..stopping import StopRule
-from .base import Agent, Context, Explores, OperatorInfo
+from .base import Agent, Context, OperatorInfo
 
 if TYPE_CHECKING:
     from ..memory.graph import Graph
@@ -174,7 +174,7 @@ def run_search(
         return graph is not None and task is not None and graph.lookup(task, h) is not None
 
     recall = _recaller(graph, info, hardware)
-    rule = StopRule(budget, patience, unexplored=lambda: _unexplored(agent, info.name))
+    rule = StopRule(budget, patience, unexplored=lambda: agent.unexplored(info.name))
     while room := rule.room(batch):
         ctx = Context(info, hardware, baseline, incumbent, history, budget - len(history), recall, seen)
         proposed = agent.propose(ctx, room)
@@ -193,10 +193,6 @@ def run_search(
         judged.update(j.candidate.hash for j in verdicts)
         agent.observe(ctx, verdicts)
     return history
-
-
-def _unexplored(agent: Agent, operator: str) -> list[str]:
-    return agent.unexplored(operator) if isinstance(agent, Explores) else []
 
 
 def _recaller(graph: Graph | None, info: OperatorInfo, hardware: dict[str, Any]) -> Callable[..., Any]:

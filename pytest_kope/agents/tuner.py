@@ -40,7 +40,7 @@ from ..memory.effects import AdditiveModel, Observation, value_key
 from ..memory.transfer import Source, fit_source, graph_prior, losers, measure_agreement
 from ..spec import TuningSpace, parse_spec
 from . import exploration as ex
-from .base import Context
+from .base import AgentBase, Context
 
 FAILED_DROP = 1.0  # a broken point counts as this much log speedup below the worst correct one seen
 POOL = 4000  # points scored per round when the space is larger than this
@@ -84,10 +84,12 @@ class _Search:
         return ex.unexplored(self.space, self.known, self.centre, self.judged)
 
 
-class Tuner:
+class Tuner(AgentBase):
     """Searches the tuning space the source declares, ordered by the experience graph."""
 
     name = "tuner"
+    needs_jail = False  # it only rebuilds the committed source at other declared values
+    tunes_spaces = True
 
     def __init__(
         self, seed: int = 0, explore_rate: float = EXPLORE_RATE, ucb: float = 0.3, recall_items: int = 12

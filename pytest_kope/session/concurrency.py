@@ -13,6 +13,7 @@ import dataclasses
 import queue
 from typing import TYPE_CHECKING, Any
 
+from ..agents.base import declared
 from ..errors import ConfigError, KopeError
 from ..judge.executors import NodeReservation
 from ..judge.outcome import Judged
@@ -66,10 +67,9 @@ class Concurrency:
         if not self.many:
             return s
         view = copy.copy(s)
-        view.agent = s.config.hook.pytest_kope_make_agent(name=s.settings.agent, config=s.config)
-        for sink in ("graph_sink", "prompt_sink"):
-            if hasattr(view.agent, sink):
-                setattr(view.agent, sink, getattr(s.agent, sink))
+        made = s.config.hook.pytest_kope_make_agent(name=s.settings.agent, config=s.config)
+        view.agent = declared(made, s.settings.agent)
+        view.agent.graph_sink, view.agent.prompt_sink = s.agent.graph_sink, s.agent.prompt_sink
         self.agents.append(view.agent)
         return view
 
@@ -113,8 +113,7 @@ class Concurrency:
         agents = [main_agent, *self.agents]
         usage = total_usage(agents)
         for agent in agents:
-            if hasattr(agent, "close"):
-                agent.close()
+            agent.close()
         if self.executor is not None:
             self.executor.close()
         return usage
@@ -125,7 +124,7 @@ def total_usage(agents: list[Any]) -> dict[str, Any]:
     lists (faults, retries, notes) join, dicts (per_operator) merge, anything else is the first agent's."""
     total: dict[str, Any] = {}
     for agent in agents:
-        for key, value in (agent.usage() if hasattr(agent, "usage") else {}).items():
+        for key, value in agent.usage().items():
             if isinstance(value, (int, float)) and not isinstance(value, bool) and key in total:
                 total[key] += value
             elif isinstance(value, list) and isinstance(total.get(key), list):

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from ..agents.base import Context, Explores, OperatorInfo
+from ..agents.base import Context, OperatorInfo
 from ..agents.tuner import Tuner
 from ..candidate import Candidate
 from ..errors import BaselineBroken, InfrastructureFault, KopeError, SpecError
@@ -70,7 +70,7 @@ def plan_for(s: KopeSession, run: OperatorRun) -> tuple[Plan, Toolchain]:
         min_gain=s.settings.min_gain,
         device_env_var=tc.device_env_var,
         jit_cache_env=tc.jit_cache_env,
-        jail_required=not (type(s.agent) is Tuner or s.settings.allow_unjailed),
+        jail_required=s.agent.needs_jail and not s.settings.allow_unjailed,
     )
     s.concurrency.share(plan)  # the executor and node; timing devices shared by operators at once
     return plan, tc
@@ -155,8 +155,7 @@ class OperatorLoop:
             summary["seconds"] = round(time.monotonic() - self.started, 1)  # verification included
             summary["fixed_input_tests"] = baseline.fixed_inputs  # tests that make their own inputs
             summary["stopped"] = why
-            agent = self.s.agent
-            explored = agent.exploration(self.op.name) if isinstance(agent, Explores) else None
+            explored = self.s.agent.exploration(self.op.name)
             if explored is not None:  # which axes the search tried around its incumbent, and which not
                 summary["exploration"] = explored.to_json()
             if why["reason"] == Stop.ERROR:  # the search itself failed: the run's status says so
@@ -171,11 +170,10 @@ class OperatorLoop:
         self.s.say(f"kope {self.op.name}: {line}", red=red)
 
     def _unexplored(self) -> list[str]:
-        agent = self.s.agent
-        return agent.unexplored(self.op.name) if isinstance(agent, Explores) else []
+        return self.s.agent.unexplored(self.op.name)
 
     def _patience(self) -> int:
-        return 0 if getattr(self.s.agent, "exhaustive", False) else self.s.settings.patience
+        return 0 if self.s.agent.exhaustive else self.s.settings.patience
 
     def _baseline(self) -> Judged:
         """The committed kernel, judged and timed; it must pass its own tests."""
@@ -312,7 +310,7 @@ class OperatorLoop:
             )
         # An LLM's candidate may declare its own knobs: a tuner sweeps them within the same budget.
         sweeper = None
-        if not isinstance(agent, Tuner):
+        if not agent.tunes_spaces:
             sweeper = Tuner(seed=s.config.stash[SEED], explore_rate=s.explore_rate)
         agents = [a for a in (agent, sweeper) if a is not None]
         stalls = proposed = 0
@@ -333,7 +331,7 @@ class OperatorLoop:
             batch = [c for c in batch if not self._seen(c.hash)]
             if not batch:
                 stalls += 1
-                done = getattr(agent, "done", None)  # the tuner says when it has converged
+                done = agent.done  # the tuner says when it has converged
                 if done or stalls >= 2:
                     p.rule.stop(*((Stop.CONVERGED, done) if done else self._nothing_new(agent, proposed)))
                 continue
@@ -349,9 +347,7 @@ class OperatorLoop:
     def _nothing_new(self, agent: Any, proposed: int) -> tuple[Stop, str]:
         """Why an agent proposed nothing: done, or, when it never proposed a candidate for this
         operator and reported faults (an unreachable API, a refused key), an error naming the first."""
-        name = getattr(agent, "name", "agent")
-        usage = agent.usage() if hasattr(agent, "usage") else {}
-        spent = agent.stopped_for(self.op.name) if hasattr(agent, "stopped_for") else None
+        name, usage, spent = agent.name, agent.usage(), agent.stopped_for(self.op.name)
         if spent:  # its token budget for this operator (--kope-max-tokens): a clean stop
             return (Stop.AGENT_DONE if proposed else Stop.ERROR), spent
         mine = [f for f in usage.get("faults", []) if str(f).startswith(f"{self.op.name}: ")]

@@ -20,7 +20,7 @@ import pytest
 
 from .. import report, report_formats
 from ..agents import explore_rate
-from ..agents.tuner import Tuner
+from ..agents.base import declared
 from ..errors import ConfigError, Interrupted, KopeError
 from ..hardware import label
 from ..judge import sandbox
@@ -82,15 +82,15 @@ class KopeSession:
         name = self.settings.agent
         with border():
             self.explore_rate = explore_rate(config)
-            self.agent = config.hook.pytest_kope_make_agent(name=name, config=config)
-            if self.agent is None:
+            made = config.hook.pytest_kope_make_agent(name=name, config=config)
+            if made is None:
                 raise ConfigError(
                     f"--kope-agent {name}: no such agent (auto, tuner, claude[:MODEL], openai:MODEL, replay:DIR)"
                 )
-            # Candidates from any agent but the built-in tuner (which only rebuilds the committed source)
-            # are untrusted code: they run only in the jail unless the user says otherwise.
-            unjailed_ok = type(self.agent) is Tuner or self.settings.allow_unjailed
-            sandbox.require_jail(getattr(self.agent, "name", name), unjailed_ok)
+            self.agent = declared(made, name)
+            # Candidates that are new code (any agent but the tuner, which only rebuilds the committed
+            # source) run only in the jail unless the user says otherwise.
+            sandbox.require_jail(self.agent.name, not self.agent.needs_jail or self.settings.allow_unjailed)
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(
@@ -274,14 +274,14 @@ class KopeSession:
                 f"kope: time budget {self.clock.minutes:g} min for the whole run, shared by the operators"
             )
         self.graph.start_run(self.run_id, s.agent, hw)
-        if hasattr(self.agent, "graph_sink"):  # LLM agents report every call's tokens to the graph
-            self.agent.graph_sink = lambda op, model, used: self.graph.record_llm_call(
-                self.run_id, op, model, used
-            )
-        if hasattr(self.agent, "prompt_sink"):  # and every prompt they open a round with, for audit
-            from ..agents.llm.record import write
+        # an LLM agent reports every call's tokens to the graph, and every prompt it opens a round
+        # with to the run folder, for audit (other agents never call them)
+        from ..agents.llm.record import write
 
-            self.agent.prompt_sink = lambda made: write(self.run_dir, made)
+        self.agent.graph_sink = lambda op, model, used: self.graph.record_llm_call(
+            self.run_id, op, model, used
+        )
+        self.agent.prompt_sink = lambda made: write(self.run_dir, made)
 
     def _open_store(self) -> None:
         """The run's home, `.kope/`, the graph, the run folder, git and the publisher."""

@@ -20,25 +20,23 @@ import json
 import random
 import re
 import time
-from collections.abc import Callable
 from typing import Any
 
 from ...candidate import Candidate
 from ...forge import redact
 from ...judge.outcome import Judged
 from ...memory.recall import CHARS_PER_TOKEN
-from ..base import Context
+from ..base import AgentBase, Context, PromptSink, Sink
 from . import prompt, record
 from .tools import _needs, compile_check, compile_problem, fenced_candidates, submit
-from .usage import Sink, Usage
+from .usage import Usage
 from .wire import TOKEN_KEYS, CallError, Provider, Reply, ToolCall, ToolResult, Turn
 
 _KEY_LIKE = re.compile(r"\bsk-ant-[A-Za-z0-9_\-]{6,}|\bsk-[A-Za-z0-9_\-]{20,}")
-PromptSink = Callable[[dict[str, Any]], None]
 RECALL_TOKENS = 1_500  # experience in a round's prompt; `kope context` shows the same
 
 
-class LlmAgent:
+class LlmAgent(AgentBase):
     """Proposes new kernel sources written by a model; see the module docstring."""
 
     def __init__(

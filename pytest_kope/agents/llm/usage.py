@@ -8,13 +8,10 @@ and says why (`stopped_for`), which the search loop reports as the reason its se
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
 from typing import Any
 
 from ...errors import ConfigError
 from .wire import TOKEN_KEYS
-
-Sink = Callable[[str, str, dict[str, int]], None]
 
 
 class Usage:
