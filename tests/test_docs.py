@@ -101,3 +101,18 @@ def test_readme_says_how_to_bring_your_own_model(pytester: pytest.Pytester) -> N
     from pytest_kope import cli
 
     assert "kope context" in (cli.__doc__ or "") and "kope context softmax" in README
+
+
+def test_the_code_layout_names_files_that_exist() -> None:
+    """Every module and folder the README's layout names is where it says (a move updates it)."""
+    section = README.split("## How the code is laid out")[1].split("\n## ")[0]
+    package = ROOT / "pytest_kope"
+    folder = package
+    for cell in re.findall(r"`([\w*./]+)`", section):
+        if cell == "pytest_kope/" or "*" in cell:
+            continue
+        if cell.endswith("/"):
+            assert (package / cell).is_dir() or (folder / cell).is_dir(), cell
+            folder = package / cell if (package / cell).is_dir() else folder
+        elif cell.endswith(".py"):
+            assert (folder / cell).exists() or (package / cell).exists(), cell
