@@ -40,9 +40,14 @@ def main(argv: Sequence[str]) -> int:
         code = pytest.main(
             ["--collect-only", "-q", "-p", "no:cacheprovider", str(args.repo), *rest], plugins=[found]
         )
-    if found.text is None:
-        why = found.error or f"pytest found no operator {args.operator!r} (exit {code})"
-        print(f"kope context: {why}\n{said.getvalue()[-2000:]}".rstrip(), file=sys.stderr)
+    if found.text is None:  # pytest's own output too when collection failed: it says why
+        why = found.error or f"pytest could not collect {args.repo} (exit {code})"
+        tail = (
+            said.getvalue()[-2000:]
+            if code not in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED)
+            else ""
+        )
+        print(f"kope context: {why}\n{tail}".rstrip(), file=sys.stderr)
         return 2
     print(found.text, end="")
     return 0
@@ -61,8 +66,13 @@ class Finder:
         from .errors import KopeError
         from .operator import operator_of
 
-        mine = [(item, op) for item in items if (op := operator_of(item)) and op.name == self.operator]
+        found = [(item, op) for item in items if (op := operator_of(item))]
+        mine = [(item, op) for item, op in found if op.name == self.operator]
         if not mine:
+            names = sorted({op.name for _, op in found})
+            self.error = f"no operator {self.operator!r} in {config.rootpath}" + (
+                f" (it has {', '.join(names)})" if names else " (no test carries a kope marker)"
+            )
             return
         try:
             self.text = self._prompt(config, mine)

@@ -69,3 +69,4 @@ def test_context_without_a_graph_and_for_an_unknown_operator(tmp_path: Path) -> 
     assert not (repo / ".kope").exists()  # looking changes nothing
     missing = kope("context", "nosuchop", "--repo", str(repo), cwd=tmp_path)
     assert missing.returncode == 2 and "no operator 'nosuchop'" in missing.stderr
+    assert "(it has softmax)" in missing.stderr and len(missing.stderr.splitlines()) == 1, missing.stderr
