@@ -80,7 +80,7 @@ class Finder:
             self.error = str(e)
 
     def _prompt(self, config: pytest.Config, mine: list[tuple[pytest.Item, Any]]) -> str:
-        from .agents.base import Context, OperatorInfo
+        from .agents.base import Context
         from .agents.llm.agent import prompt_record
         from .agents.llm.record import text
         from .judge.outcome import Judged, Outcome
@@ -89,17 +89,7 @@ class Finder:
         op = mine[0][1]
         tc = toolchain_of(config, op.toolchain)
         files = sorted({Path(str(item.path)) for item, _ in mine})
-        tests = {str(f): f.read_text() for f in files}
-        info = OperatorInfo(
-            op.name,
-            op.family,
-            op.toolchain,
-            op.source.name,
-            op.text,
-            op.searched_space,
-            op.spec.kernels,
-            tests,
-        )
+        info = op.info({str(f): f.read_text() for f in files})
         hw = tc.fingerprint()
         base = Judged(op.baseline(), Outcome.OK, speedup=1.0)
         budget = int(config.getoption("kope_budget") or config.getini("kope_budget") or 24)

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -15,6 +15,9 @@ from .errors import MarkerError
 from .flops import parse_flops
 from .spec import FLAGS, KernelSpec, TuningSpace, parse_spec
 from .toolchains import toolchain_for
+
+if TYPE_CHECKING:
+    from .agents.base import OperatorInfo
 
 MARKER = "kope"
 # build files that mean the repo compiles its kernels itself, with flags a merge of a kope branch
@@ -128,6 +131,24 @@ class Operator:
             params=self.spec.space.defaults,
             idea="committed kernel",
             agent="baseline",
+        )
+
+    def info(
+        self, tests: dict[str, str], screen: Callable[[Candidate], list[str]] | None = None
+    ) -> OperatorInfo:
+        """What an agent may know of this operator: its kernel, space, contract and test sources."""
+        from .agents.base import OperatorInfo
+
+        return OperatorInfo(
+            self.name,
+            self.family,
+            self.toolchain,
+            self.source.name,
+            self.text,
+            self.searched_space,
+            self.spec.kernels,
+            tests,
+            screen=screen,
         )
 
 

@@ -213,19 +213,7 @@ class OperatorLoop:
         return baseline
 
     def _info(self) -> OperatorInfo:
-        op = self.op
-        tests = {str(f): f.read_text() for f in self.plan.files}
-        return OperatorInfo(
-            op.name,
-            op.family,
-            op.toolchain,
-            op.source.name,
-            op.text,
-            op.searched_space,
-            op.spec.kernels,
-            tests,
-            screen=self.tc.screen,
-        )
+        return self.op.info({str(f): f.read_text() for f in self.plan.files}, self.tc.screen)
 
     def remember(self, j: Judged) -> None:
         """At once, so a killed run resumes from every finished verdict."""

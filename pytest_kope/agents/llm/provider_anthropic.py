@@ -12,7 +12,17 @@ from typing import Any, cast
 
 from ...errors import ConfigError
 from . import prompt
-from .wire import TOKEN_KEYS, CallError, Reply, ToolCall, Turn, clip, error_message, retry_after, status_kind
+from .wire import (
+    TOKEN_KEYS,
+    CallError,
+    Reply,
+    ToolCall,
+    Turn,
+    error_message,
+    not_a_status,
+    retry_after,
+    status_kind,
+)
 
 DEFAULT_MODEL = "claude-sonnet-4-6"  # a current model: the SDK warns of deprecated ones
 NO_KEY = "--kope-agent claude needs ANTHROPIC_API_KEY (export it, or use --kope-agent tuner)"
@@ -92,11 +102,7 @@ class AnthropicProvider:
             return CallError(
                 kind, f"HTTP {code} from {self.api}: {message}", retry_after(headers), f"HTTP {code}"
             )
-        if isinstance(e, sdk.APITimeoutError):
-            return CallError("retry", f"time-out talking to {self.api}", short="time-out")
-        if isinstance(e, sdk.APIConnectionError):
-            return CallError("retry", f"connection error talking to {self.api}", short="connection error")
-        return CallError("fail", f"malformed reply from {self.api} ({type(e).__name__}: {clip(e)})")
+        return not_a_status(e, sdk, self.api)
 
     def close(self) -> None:
         self._client.close()

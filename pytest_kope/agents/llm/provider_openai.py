@@ -13,7 +13,16 @@ from typing import Any, cast
 
 from ...errors import ConfigError
 from . import prompt
-from .wire import CallError, Reply, ToolCall, Turn, clip, error_message, retry_after, status_kind
+from .wire import (
+    CallError,
+    Reply,
+    ToolCall,
+    Turn,
+    error_message,
+    not_a_status,
+    retry_after,
+    status_kind,
+)
 
 PLACEHOLDER_KEY = "no-key"  # for servers that take no key; the SDK refuses an empty one
 _ABOUT_TOOLS = re.compile(r"\btool", re.I)
@@ -85,11 +94,7 @@ class OpenAIProvider:
                 retry_after(e.response.headers),
                 f"HTTP {code}",
             )
-        if isinstance(e, sdk.APITimeoutError):
-            return CallError("retry", f"time-out talking to {self.api}", short="time-out")
-        if isinstance(e, sdk.APIConnectionError):
-            return CallError("retry", f"connection error talking to {self.api}", short="connection error")
-        return CallError("fail", f"malformed reply from {self.api} ({type(e).__name__}: {clip(e)})")
+        return not_a_status(e, sdk, self.api)
 
     def close(self) -> None:
         self._client.close()

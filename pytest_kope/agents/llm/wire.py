@@ -119,3 +119,13 @@ def clip(text: object, limit: int = 200) -> str:
     """An error message on one line, short enough for a fault note."""
     line = " ".join(str(text).split())
     return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def not_a_status(e: Exception, sdk: Any, api: str) -> CallError:
+    """A failure without an HTTP status, as both SDKs name them: a time-out or a lost connection is
+    retried; anything else is a reply the loop cannot read."""
+    if isinstance(e, sdk.APITimeoutError):
+        return CallError("retry", f"time-out talking to {api}", short="time-out")
+    if isinstance(e, sdk.APIConnectionError):
+        return CallError("retry", f"connection error talking to {api}", short="connection error")
+    return CallError("fail", f"malformed reply from {api} ({type(e).__name__}: {clip(e)})")
