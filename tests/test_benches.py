@@ -202,6 +202,7 @@ def test_overhead_smoke_gives_the_false_win_rate_with_its_interval(tmp_path: Pat
     )
     assert "per attempt, median seconds" in proc.stdout
     assert "independent pairs" in proc.stdout and "exact 95% interval" in proc.stdout
+    assert "A/A: 1 of 1 pairs, " in proc.stdout  # progress as it goes: 200 pairs take over an hour
     data = json.loads(out.read_text())
     assert data["aa_summary"]["pairs"] == 1 and len(data["results"]["after"]) == 1
 
