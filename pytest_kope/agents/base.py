@@ -122,10 +122,7 @@ class AgentBase:
         pass
 
 
-DECLARED = (
-    *("name", "needs_jail", "exhaustive", "tunes_spaces", "done", "graph_sink", "prompt_sink"),
-    *("propose", "observe", "usage", "stopped_for", "unexplored", "exploration", "close"),
-)
+DECLARED = sorted(a for a in vars(AgentBase) if not a.startswith("_"))  # what `Agent` declares
 
 
 def declared(made: Any, name: str) -> Agent:

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..memory.effects import value_key
 from ..spec import TuningSpace
 
 NEAR = 2  # one-axis neighbours of the incumbent judged before an axis counts as explored (where it has them)
@@ -49,7 +50,7 @@ def known_axes(space: TuningSpace, rows: Iterable[tuple[str, Mapping[str, Any]]]
         if evident(relation):
             for name, value in params.items():
                 if name in space.axes:
-                    values.setdefault(name, set()).add(_value(value))
+                    values.setdefault(name, set()).add(value_key(name, value))
     return {name for name, seen in values.items() if len(seen) >= 2}
 
 
@@ -94,9 +95,5 @@ def exploration(
 
 
 def point_key(point: Mapping[str, Any]) -> str:
-    """One key per point, whatever its values' types."""
-    return json.dumps(dict(sorted(point.items())), sort_keys=True, default=str)
-
-
-def _value(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, default=str)
+    """A point's values as one stable string, whatever their types (a table's key too)."""
+    return json.dumps(dict(point), sort_keys=True, default=str)

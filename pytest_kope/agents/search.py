@@ -14,7 +14,6 @@ is given) and distilled into lessons after each round.
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from ..memory.recall import RecallQuery
 from ..spec import parse_spec
 from ..stopping import StopRule
 from .base import Agent, Context, OperatorInfo
+from .exploration import point_key
 
 if TYPE_CHECKING:
     from ..memory.graph import Graph
@@ -39,11 +39,6 @@ class Evaluator(Protocol):
     def evaluate(self, candidates: list[Candidate], incumbent: Judged) -> list[Judged]:
         """Verdicts on `candidates`, in order: outcome, and for a correct one its timing against
         `incumbent` (`Judged.ratio`) and `Judged.speedup` against the committed kernel."""
-
-
-def point_key(point: Mapping[str, Any]) -> str:
-    """A point's values as one stable string (a table's key)."""
-    return json.dumps(dict(point), sort_keys=True, default=str)
 
 
 @dataclass
