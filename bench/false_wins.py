@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -92,11 +93,16 @@ def one_pair(plan: Plan, index: int) -> dict[str, Any] | None:
         judge.close()
 
 
-def aa_pairs(plans: list[Plan], pairs: int, every: int = 10) -> list[dict[str, Any]]:
+def aa_pairs(plans: list[Plan], pairs: int, every: int = 10, minutes: float = 0.0) -> list[dict[str, Any]]:
     """`pairs` independent A/A pairs, the operators taken in turn; every `every` pairs a line says
-    how far it is (about 20 s a pair on 2 cores: 200 pairs take over an hour)."""
+    how far it is (about 20 s a pair on 2 cores: 200 pairs take over an hour). With `minutes`, no
+    pair starts after that long: the summary counts the pairs that were made, its interval wider."""
     out = []
+    deadline = time.monotonic() + 60 * minutes if minutes else math.inf
     for i in range(pairs):
+        if time.monotonic() > deadline:
+            print(f"A/A: time is up after {i} of {pairs} pairs", flush=True)
+            break
         pair = one_pair(plans[i % len(plans)], i)
         if pair is not None:
             out.append(pair)

@@ -236,6 +236,9 @@ def main(argv: list[str] | None = None) -> int:
         "--aa", type=int, default=200, help="independent A/A pairs in all, operators in turn (0: none)"
     )
     parser.add_argument(
+        "--aa-minutes", type=float, default=0.0, help="start no A/A pair after this long (0: no limit)"
+    )
+    parser.add_argument(
         "--budget", type=int, default=24, help="attempts per operator a verification is spread over"
     )
     parser.add_argument("--modes", default="", help="comma-separated judges to run (default: all)")
@@ -268,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     headers = ["judge", "attempts", *PHASES, "total", "overhead", "harness", "rounds", "wall s"]
     print("\nper attempt, median seconds (overhead: all but build and kernel; harness: overhead less tests)")
     print(tabulate(summarize(results), headers=headers, floatfmt=".3f"))
-    aa = false_wins.aa_pairs(chosen, args.aa) if args.aa and chosen else []
+    aa = false_wins.aa_pairs(chosen, args.aa, minutes=args.aa_minutes) if args.aa and chosen else []
     aa_summary = false_wins.summary(aa)
     if args.aa:
         print("\n" + false_wins.line(aa_summary))
