@@ -22,8 +22,8 @@ sys.path.insert(0, str(ROOT))
 
 from bench.overhead import plans  # noqa: E402
 from pytest_kope.candidate import Candidate  # noqa: E402
+from pytest_kope.judge.controller.runner import Judge  # noqa: E402
 from pytest_kope.judge.outcome import Judged  # noqa: E402
-from pytest_kope.judge.runner import Judge  # noqa: E402
 from pytest_kope.toolchains.c import CToolchain  # noqa: E402
 
 

@@ -48,9 +48,9 @@ sys.path.insert(0, str(ROOT))
 
 from bench import false_wins  # noqa: E402
 from pytest_kope.candidate import Candidate  # noqa: E402
-from pytest_kope.judge import sandbox  # noqa: E402
+from pytest_kope.judge.controller import sandbox  # noqa: E402
+from pytest_kope.judge.controller.runner import Judge, Plan  # noqa: E402
 from pytest_kope.judge.outcome import Judged  # noqa: E402
-from pytest_kope.judge.runner import Judge, Plan  # noqa: E402
 from pytest_kope.memory.graph import Graph  # noqa: E402
 from pytest_kope.operator import is_performance_test, operator_of  # noqa: E402
 from pytest_kope.session.decide import time_and_decide  # noqa: E402
@@ -245,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "overhead.json")
     args = parser.parse_args(argv)
-    from pytest_kope.judge.physics import ceilings_for
+    from pytest_kope.judge.measure.physics import ceilings_for
 
     work = Path(tempfile.mkdtemp(prefix="kope-bench-"))
     graph = Graph(work / "experience.db")

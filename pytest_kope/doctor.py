@@ -22,8 +22,8 @@ from tabulate import tabulate
 
 from .buildhints import first_error, include_hint, missing_header
 from .errors import KopeError
+from .judge.controller.runner import Judge
 from .judge.outcome import Outcome
-from .judge.runner import Judge
 from .operator import is_performance_test
 from .session.loop import plan_for
 

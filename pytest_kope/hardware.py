@@ -115,7 +115,7 @@ def make_fingerprint(
 @functools.lru_cache(maxsize=1)
 def cpu_fingerprint() -> dict[str, Any]:
     """This machine's CPU fingerprint (read once per process)."""
-    from .judge.caches import FALLBACK_CACHES, cache_sizes
+    from .judge.measure.caches import FALLBACK_CACHES, cache_sizes
 
     caches = cache_sizes()
     return make_fingerprint(
@@ -159,7 +159,7 @@ def describe(fp: Mapping[str, Any]) -> str:
 
 def memory_bandwidth(ceilings: Mapping[str, Any] | None) -> float | None:
     """The measured read bandwidth (bytes/s) at the largest working set (main memory), if known, from
-    the graph's ceilings record of this hardware (judge/physics.py: figures in GB/s)."""
+    the graph's ceilings record of this hardware (judge/measure/physics.py: figures in GB/s)."""
     try:
         sizes, read = list(ceilings["sizes"]), list(ceilings["read"])  # type: ignore[index]
         return float(read[sizes.index(max(sizes))]) * 1e9

@@ -19,8 +19,8 @@ from .settings import BENCH, BUILT, SEED, bench_session
 
 if TYPE_CHECKING:
     from .candidate import Candidate
-    from .judge.bench import Bench
-    from .judge.guards import GuardedKernel
+    from .judge.child.bench import Bench
+    from .judge.child.guards import GuardedKernel
     from .operator import Operator
 
 
@@ -129,9 +129,9 @@ def kernel(
     request: pytest.FixtureRequest, kope_operator: Operator, kope_candidate: Candidate
 ) -> GuardedKernel:
     """The operator's kernel, built by its toolchain; calls are checked by the oracle guards."""
-    from .judge import perfinputs
-    from .judge.building import build_cached
-    from .judge.guards import GuardedKernel
+    from .judge.child import perfinputs
+    from .judge.child.building import build_cached
+    from .judge.child.guards import GuardedKernel
 
     if perfinputs.ACTIVE is not None:  # a fork server recording a perf test's inputs: no code
         return perfinputs.StandInKernel()  # type: ignore[return-value]
@@ -142,8 +142,8 @@ def kernel(
 @pytest.fixture
 def kope_bench(request: pytest.FixtureRequest, kernel: GuardedKernel) -> Bench:
     """Time a kernel call: `kope_bench(kernel.softmax, x, y, rows, cols)`; marks the test as a performance test."""
-    from .judge import perfinputs
-    from .judge.bench import Bench
+    from .judge.child import perfinputs
+    from .judge.child.bench import Bench
     from .toolchains import toolchain_of
 
     if perfinputs.ACTIVE is not None:  # a fork server recording a perf test's inputs
@@ -157,7 +157,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     session = config.stash.get(BENCH, None)
     if session is None or not session.plain:
         return
-    from .report import bench_table
+    from .review.report import bench_table
 
     terminalreporter.write_sep("-", "kope: kernel timings (median per call)")
     terminalreporter.write_line(bench_table(session.plain))

@@ -16,7 +16,7 @@ import pytest
 from .errors import ConfigError
 
 if TYPE_CHECKING:
-    from .judge.bench import BenchSession
+    from .judge.child.bench import BenchSession
 
 SEED = pytest.StashKey[int]()
 BENCH = pytest.StashKey["BenchSession"]()
@@ -26,7 +26,7 @@ BUILT = pytest.StashKey[dict[str, Any]]()
 def bench_session(config: pytest.Config) -> BenchSession:
     """The process's timing records (and, in a judging child, the reference kernel)."""
     if BENCH not in config.stash:
-        from .judge.bench import BenchSession
+        from .judge.child.bench import BenchSession
 
         config.stash[BENCH] = BenchSession()
     return config.stash[BENCH]
@@ -64,7 +64,7 @@ class Settings:
     db: str | None
     devices: str
     report: str | None
-    executor: str = "local"  # where judging children run: local or ray (judge/executors.py)
+    executor: str = "local"  # where judging children run: local or ray (judge/controller/executors.py)
     concurrency: int = 1  # operators optimized at once (scheduler.py)
     ray_repo: str = "ship"  # how Ray workers get the operator repo: ship or shared
     jobs_given: bool = True  # --kope-jobs (or kope_jobs) was set; else an executor may choose
@@ -111,7 +111,7 @@ class Settings:
 
     def check_executor(self) -> None:
         """--kope-executor, --kope-concurrency and --kope-ray-repo name something that can work."""
-        from .judge.executors import EXECUTORS
+        from .judge.controller.executors import EXECUTORS
 
         if self.executor not in EXECUTORS:
             raise ConfigError(

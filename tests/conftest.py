@@ -9,7 +9,7 @@ import jsonschema
 import pytest
 from op_repos import make_op_repo
 
-from pytest_kope.report import report_schema
+from pytest_kope.review.report import report_schema
 
 
 @pytest.fixture

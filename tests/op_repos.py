@@ -8,7 +8,7 @@ import subprocess
 import textwrap
 from pathlib import Path
 
-from pytest_kope.judge import sandbox
+from pytest_kope.judge.controller import sandbox
 
 # Agents other than the tuner run only in the bubblewrap jail: where it does not work, tests that run
 # them say so explicitly (the next layers of defence are still tested).

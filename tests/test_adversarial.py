@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_kope.judge import sandbox
+from pytest_kope.judge.controller import sandbox
 
 TRICKS = Path(__file__).parent / "adversarial" / "softmax"
 FAKE_KEY = "sk-ant-kope-FAKE-a7c3e9d1f00d4b2c"

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from pytest_kope.judge import callfiles
+from pytest_kope.judge.child import callfiles
 
 
 def test_arrays_read_back_as_written_in_the_layouts_given(tmp_path):

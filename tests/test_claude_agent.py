@@ -31,7 +31,7 @@ from pytest_kope.agents.base import Agent, Context, OperatorInfo
 from pytest_kope.agents.llm import DEFAULT_MODEL, LlmAgent, claude_agent
 from pytest_kope.candidate import Candidate
 from pytest_kope.errors import ConfigError
-from pytest_kope.judge import sandbox
+from pytest_kope.judge.controller import sandbox
 from pytest_kope.judge.outcome import Judged, Outcome, Timing
 from pytest_kope.spec import parse_spec
 from pytest_kope.toolchains.c import CToolchain

@@ -11,7 +11,7 @@ import time
 import pytest
 from replay_run import ReplayRun
 
-from pytest_kope.judge.contention import CONTENDED, Load, Window
+from pytest_kope.judge.measure.contention import CONTENDED, Load, Window
 
 
 def _spin(seconds: float) -> None:

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from pytest_kope.candidate import Candidate
-from pytest_kope.judge import sandbox
+from pytest_kope.judge.controller import sandbox
+from pytest_kope.judge.controller.runner import Judge, Plan
 from pytest_kope.judge.outcome import Outcome
-from pytest_kope.judge.runner import Judge, Plan
 from pytest_kope.operator import Operator
 from pytest_kope.toolchains import screening
 
@@ -250,7 +250,7 @@ def test_python_candidate_is_judged_by_its_outputs_outside_its_process(tmp_path)
         "import torch\ntorch.testing.assert_close = lambda *a, **k: None\n",
         "import numpy\nnumpy.testing.assert_allclose = lambda *a, **k: None\n",
         "import torch\ntorch.allclose = lambda *a, **k: True\n",
-        "import torch\ntorch.sys.modules['pytest_kope.judge.guards'].GUARDS.clear()\n",
+        "import torch\ntorch.sys.modules['pytest_kope.judge.child.guards'].GUARDS.clear()\n",
         "import triton\ntriton.__builtins__['__import__']('time').perf_counter = lambda: 0.0\n",
         "import numpy as np\nnp.os.environ.clear()\n",
     ],
@@ -311,7 +311,7 @@ def _scale_functions(late: bool, threads: list):
 
     import numpy as np
 
-    from pytest_kope.judge.guards import GuardedFunction, replay_guards
+    from pytest_kope.judge.child.guards import GuardedFunction, replay_guards
     from pytest_kope.toolchains.base import Arg, KernelFunction
 
     def raw(x, y, n):
@@ -329,7 +329,7 @@ def test_the_replay_checks_settling_once_for_all_its_calls(tmp_path):
     after the call returned is named, and an honest candidate's outputs are all written."""
     import numpy as np
 
-    from pytest_kope.judge import differential, guards
+    from pytest_kope.judge.child import differential, guards
 
     threads: list = []
     honest, honest_replay = _scale_functions(False, threads)
@@ -373,7 +373,7 @@ def _softmax_functions(tmp_path: Path, text: str):
 
     import numpy as np
 
-    from pytest_kope.judge.guards import GuardedFunction, replay_guards
+    from pytest_kope.judge.child.guards import GuardedFunction, replay_guards
     from pytest_kope.toolchains.base import Arg, KernelFunction
 
     (tmp_path / "k.c").write_text(text)
@@ -395,7 +395,7 @@ def test_calls_released_together_expose_state_shared_between_calls(tmp_path):
     a few replays: a pair that overlaps at all shows the race (ten rows of 4000 take ~0.1 ms a call)."""
     import numpy as np
 
-    from pytest_kope.judge import differential, guards
+    from pytest_kope.judge.child import differential, guards
 
     honest, honest_replay = _softmax_functions(tmp_path, C_KERNEL)
     _, racy_replay = _softmax_functions(tmp_path, RACY)

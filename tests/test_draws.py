@@ -17,7 +17,8 @@ import pytest
 from replay_run import ROUND2, SAMPLE_OPS, ReplayRun
 
 from pytest_kope.candidate import Candidate
-from pytest_kope.judge import arrays, callfiles, differential, drawing, draws, shapes
+from pytest_kope.judge import arrays
+from pytest_kope.judge.child import callfiles, differential, drawing, draws, shapes
 from pytest_kope.spec import parse_spec
 from pytest_kope.toolchains.c import CToolchain
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from pytest_kope.judge.executors import NodeReservation, Ran, collect, moved, shipped_env
-from pytest_kope.judge.sandbox import Finished
+from pytest_kope.judge.controller.executors import NodeReservation, Ran, collect, moved, shipped_env
+from pytest_kope.judge.controller.sandbox import Finished
 from pytest_kope.scheduler import OneAtATime, each
 
 
@@ -61,8 +61,8 @@ def test_the_toolchain_environment_travels_less_the_nodes_own() -> None:
     toolkit paths and devices are the worker's own, never the controller's."""
     from types import SimpleNamespace
 
-    from pytest_kope.judge.executors import for_worker, node_env
-    from pytest_kope.judge.runner import Plan
+    from pytest_kope.judge.controller.executors import for_worker, node_env
+    from pytest_kope.judge.controller.runner import Plan
 
     toolchain_env = {
         "KOPE_C_SCREEN_BINARY": "0",
@@ -219,7 +219,7 @@ def test_a_node_without_the_jail_refuses_a_run_that_needs_it(monkeypatch: pytest
     """Raised in the worker: Ray fails the task, the executor tries it elsewhere, then reports it."""
     from types import SimpleNamespace
 
-    from pytest_kope.judge import executors, sandbox
+    from pytest_kope.judge.controller import executors, sandbox
 
     monkeypatch.setattr(sandbox, "bubblewrap", lambda: (None, "bubblewrap not installed"))
     plan: Any = SimpleNamespace(jail_required=True)

@@ -6,7 +6,7 @@ import pytest
 from forge_server import ForgeServer, forge_server_fixture  # noqa: F401
 
 from pytest_kope.errors import ConfigError, ForgeError
-from pytest_kope.forge import ForgeSettings, make_forge, redact
+from pytest_kope.review.forge import ForgeSettings, make_forge, redact
 
 
 def settings(server: ForgeServer, kind: str = "github", token: str | None = None) -> ForgeSettings:

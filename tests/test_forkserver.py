@@ -13,11 +13,12 @@ import numpy as np
 import pytest
 
 from pytest_kope.candidate import Candidate
-from pytest_kope.judge import rotation as rotation_module
-from pytest_kope.judge import sandbox, timing
-from pytest_kope.judge.buildcache import BuildCache
+from pytest_kope.judge.controller import sandbox
+from pytest_kope.judge.controller.buildcache import BuildCache
+from pytest_kope.judge.controller.runner import Judge, Plan
+from pytest_kope.judge.measure import rotation as rotation_module
+from pytest_kope.judge.measure import timing
 from pytest_kope.judge.outcome import Outcome
-from pytest_kope.judge.runner import Judge, Plan
 from pytest_kope.operator import Operator
 
 JAIL, JAIL_WHY = sandbox.bubblewrap()
@@ -367,7 +368,7 @@ def test_calibration_reuses_prepared_copies_and_blocks_keep_only_the_copies_they
     """What a calibrating call writes is never read: a copy prepared once serves both kernels'
     calibration. A block of n calls re-prepares the n copies it uses, so n copies are kept (two at
     least); the rest were eight 64 MiB first touches for a 3 ms rowsum timed two calls a block."""
-    from pytest_kope.judge.rotation import Rotation
+    from pytest_kope.judge.measure.rotation import Rotation
 
     x = np.random.default_rng(4).standard_normal(4096).astype(np.float32)
     budget = timing.Budget(min_rounds=6, max_rounds=6, max_time_s=30.0, min_round_s=0.002)
@@ -481,7 +482,7 @@ def test_a_kernel_right_only_on_the_last_calls_of_each_block_is_caught_by_audits
     cases of five (seeded here: the judge draws from the operating system)."""
     import random
 
-    from pytest_kope.judge import outputcheck
+    from pytest_kope.judge.measure import outputcheck
 
     budget = timing.Budget(min_rounds=6, max_rounds=6, max_time_s=30.0)
     ahead = budget.warmup + 1 + 5  # warm-up and calibration: then blocks of five

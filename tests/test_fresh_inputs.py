@@ -14,9 +14,9 @@ import time
 import numpy as np
 import pytest
 
-from pytest_kope.judge import memops, timing
-from pytest_kope.judge.freshinputs import Domain, fresh
-from pytest_kope.judge.rotation import Rotation
+from pytest_kope.judge.measure import memops, timing
+from pytest_kope.judge.measure.freshinputs import Domain, fresh
+from pytest_kope.judge.measure.rotation import Rotation
 
 
 def _inputs(n: int) -> dict[str, np.ndarray]:

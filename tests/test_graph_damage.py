@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from pytest_kope.cli import main
-from pytest_kope.judge import sandbox
+from pytest_kope.judge.controller import sandbox
 from pytest_kope.memory.opening import damage
 
 SAMPLE = Path(__file__).parent.parent / "sample_ops"

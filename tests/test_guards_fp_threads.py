@@ -16,8 +16,8 @@ import pytest
 
 from pytest_kope.candidate import Candidate
 from pytest_kope.errors import GuardViolation
-from pytest_kope.judge import fpstate, guards
-from pytest_kope.judge.bench import Bench, BenchSession
+from pytest_kope.judge.child import fpstate, guards
+from pytest_kope.judge.child.bench import Bench, BenchSession
 from pytest_kope.spec import parse_spec
 from pytest_kope.toolchains.base import Timer
 from pytest_kope.toolchains.c import CToolchain

@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from pytest_kope.judge import arrays, memops
+from pytest_kope.judge import arrays
+from pytest_kope.judge.measure import memops
 
 pytestmark = pytest.mark.skipif(not memops.available(), reason="no gcc: numpy does every pass")
 

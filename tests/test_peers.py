@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from pytest_kope import prbody, report_md
 from pytest_kope.peers import (
     CASES,
     Comparison,
@@ -19,6 +18,7 @@ from pytest_kope.peers import (
     table,
     use_threads,
 )
+from pytest_kope.review import prbody, report_md
 from pytest_kope.spec import bake_defaults
 
 ROOT = Path(__file__).resolve().parent.parent

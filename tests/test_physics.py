@@ -11,7 +11,7 @@ import pytest
 from sqlite_utils import Database
 
 from pytest_kope.cli import main
-from pytest_kope.judge.caches import (
+from pytest_kope.judge.measure.caches import (
     FALLBACK_CACHES,
     cache_sizes,
     last_level_cache_bytes,
@@ -19,7 +19,7 @@ from pytest_kope.judge.caches import (
     parse_lscpu,
     parse_sysfs,
 )
-from pytest_kope.judge.physics import (
+from pytest_kope.judge.measure.physics import (
     BANDWIDTH_FLOOR,
     FLOPS_FLOOR,
     Ceilings,

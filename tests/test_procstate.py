@@ -16,9 +16,10 @@ import torch
 from test_forkserver import KERNEL, _candidate, _plan
 
 from pytest_kope.errors import GuardViolation
-from pytest_kope.judge import procstate, timing
+from pytest_kope.judge.child import procstate
+from pytest_kope.judge.controller.runner import Judge
+from pytest_kope.judge.measure import timing
 from pytest_kope.judge.outcome import Outcome
-from pytest_kope.judge.runner import Judge
 
 
 def _copy(x: np.ndarray, y: np.ndarray) -> None:

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from test_differential import TESTS, TRITON_KERNEL, TRITON_NO_MAX, _candidate, _repo, needs_triton
 
-from pytest_kope.judge import sandbox
+from pytest_kope.judge.controller import sandbox
+from pytest_kope.judge.controller.runner import Judge, Plan
 from pytest_kope.judge.outcome import Outcome
-from pytest_kope.judge.runner import Judge, Plan
 
 # At import, in its judging child: every recorded call's repeats set to 0, so nothing would be
 # compared; then the kernel that gives NaN on large rows (no max subtracted).

@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 from op_repos import INI, UNJAILED
 
-from pytest_kope import report_formats
 from pytest_kope.candidate import Candidate
 from pytest_kope.errors import GuardViolation
-from pytest_kope.judge import guards
+from pytest_kope.judge.child import guards
+from pytest_kope.review import report_formats
 from pytest_kope.spec import parse_spec
 from pytest_kope.toolchains.c import CToolchain
 

@@ -11,10 +11,10 @@ from types import SimpleNamespace
 import jsonschema
 import pytest
 
-from pytest_kope import report
 from pytest_kope.candidate import Candidate
 from pytest_kope.judge.outcome import Judged, Outcome, Timing
-from pytest_kope.report_md import markdown
+from pytest_kope.review import report
+from pytest_kope.review.report_md import markdown
 from pytest_kope.stopping import Stop, stopped
 
 SRC = "// kope: param VEC = 0 | 8\nvoid f(const float *x, float *y, int n) {}\n"

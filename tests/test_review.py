@@ -296,8 +296,8 @@ def test_no_target_branch_stops_the_run_before_it_starts_and_the_ini_names_one(
     assert "Traceback" not in result.stderr.str() + result.stdout.str()
     assert not list(root.glob(".kope/runs/*/report.json")) and not forge_server.pulls
 
-    from pytest_kope.publish import Publisher
-    from pytest_kope.vcs import Vcs
+    from pytest_kope.review.publish import Publisher
+    from pytest_kope.review.vcs import Vcs
 
     (root / "pytest.ini").write_text((root / "pytest.ini").read_text() + "kope_pr_base = main\n")
     config = pytester.parseconfig("--kope-pr")

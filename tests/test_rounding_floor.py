@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from pytest_kope.judge import arrays
-from pytest_kope.judge.differential import rounding_floor
+from pytest_kope.judge.child.differential import rounding_floor
 
 ROWS, COLS = 24, 8199
 

@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 
 from pytest_kope.candidate import Candidate
-from pytest_kope.judge import sandbox
+from pytest_kope.judge.controller import sandbox
+from pytest_kope.judge.controller.runner import Judge, Plan
+from pytest_kope.judge.measure.physics import Ceilings
 from pytest_kope.judge.outcome import Outcome
-from pytest_kope.judge.physics import Ceilings
-from pytest_kope.judge.runner import Judge, Plan
 from pytest_kope.operator import Operator
 
 SAMPLE = Path(__file__).resolve().parent.parent / "sample_ops"

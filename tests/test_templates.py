@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from pytest_kope.judge.sandbox import KEEP
+from pytest_kope.judge.controller.sandbox import KEEP
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "conftest_templates"
 WORKFLOWS = sorted(TEMPLATES.glob("*/.github/workflows/*.yml"))

@@ -236,9 +236,9 @@ def test_a_candidates_children_share_its_jit_cache_and_the_verification_compiles
     """Each judging child of a candidate finds what its earlier children compiled (on a GPU a Triton
     child spent most of its time recompiling them); another candidate's children get another cache;
     the winner's verification gets none."""
-    from pytest_kope.judge import sandbox
-    from pytest_kope.judge.environments import ENVIRONMENTS
-    from pytest_kope.judge.runner import Judge, Plan
+    from pytest_kope.judge.controller import sandbox
+    from pytest_kope.judge.controller.environments import ENVIRONMENTS
+    from pytest_kope.judge.controller.runner import Judge, Plan
     from pytest_kope.operator import Operator
 
     shutil.copy(OPS / "softmax" / "softmax.py", tmp_path / "softmax.py")

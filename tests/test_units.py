@@ -12,8 +12,8 @@ from pytest_kope.agents.replay import Replay
 from pytest_kope.agents.tuner import Tuner
 from pytest_kope.candidate import Candidate
 from pytest_kope.errors import ConfigError, SpecError
+from pytest_kope.judge.measure.stats import PairedRatio, median_ci
 from pytest_kope.judge.outcome import Judged, Outcome
-from pytest_kope.judge.stats import PairedRatio, median_ci
 from pytest_kope.operator import base_nodeid
 from pytest_kope.spec import bake_defaults, parse_spec
 from pytest_kope.toolchains.c import CToolchain, parse_prototype

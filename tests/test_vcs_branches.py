@@ -14,9 +14,9 @@ from forge_server import ForgeServer, forge_server_fixture  # noqa: F401
 from op_repos import git
 
 from pytest_kope.errors import ConfigError
-from pytest_kope.forge import ForgeSettings, make_forge
-from pytest_kope.prbase import pr_base
-from pytest_kope.vcs import ZERO, Vcs
+from pytest_kope.review.forge import ForgeSettings, make_forge
+from pytest_kope.review.prbase import pr_base
+from pytest_kope.review.vcs import ZERO, Vcs
 
 
 def repo_with_remote(tmp_path: Path) -> tuple[Path, Path]:

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from . import memops
+from .measure import memops
 
 # NaNs with a payload no arithmetic produces (computed NaNs are canonical 0x7fc00000), so a legit NaN
 # result is never mistaken for an unwritten element.

@@ -273,7 +273,7 @@ def m003_views(db: Database) -> None:
 
 @migrations()
 def m004_ceilings(db: Database) -> None:
-    """Measured bandwidth and FMA ceilings per hardware (judge/physics.py), as JSON: the bound no
+    """Measured bandwidth and FMA ceilings per hardware (judge/measure/physics.py), as JSON: the bound no
     honest time can beat, measured once per fingerprint."""
     db.table("ceilings").create(
         {"hardware_id": str, "measured_at": str, "data": str},

@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ..judge import sandbox
+from ..judge.controller import sandbox
 from ..spec import parse_spec
 from .cases import CASES
 

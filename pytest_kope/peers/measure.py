@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from ..candidate import Candidate
-from ..judge.stats import PairedRatio, median_ci
+from ..judge.measure.stats import PairedRatio, median_ci
 from ..spec import FLAGS, parse_spec
 from ..toolchains.base import Kernel
 from ..toolchains.c import CToolchain

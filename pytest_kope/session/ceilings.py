@@ -1,4 +1,4 @@
-"""This machine's measured memory and FMA ceilings for a run (`judge/physics.py` measures them): once
+"""This machine's measured memory and FMA ceilings for a run (`judge/measure/physics.py` measures them): once
 when the run starts, and once more before a `suspect` verdict stands."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ def measure_ceilings(s: KopeSession, tc: Toolchain) -> dict[str, Any] | None:
     if not tc.timed_on_host:  # the seam for a device probe: any Ceilings record bounds the timings
         s.say(f"kope: {tc.name} timings are not bound by physics: no probe measures this device's ceilings")
         return None
-    from ..judge.physics import PhysicsProbeFailed, ceilings_for
+    from ..judge.measure.physics import PhysicsProbeFailed, ceilings_for
 
     fresh = not s.ceilings_measured  # measured again once a run: ceilings only rise
     s.ceilings_measured = True

@@ -1,5 +1,5 @@
 """The end of one operator: verify the incumbent, commit a verified winner to `kope/<op>` (the
-toolchain bakes the winning values into the source, publish.py and vcs.py commit and push it), and
+toolchain bakes the winning values into the source, review/publish.py and review/vcs.py commit and push it), and
 sum the operator up for the report.
 """
 
@@ -10,10 +10,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .. import report
-from ..judge import plaincheck
+from ..judge.controller import plaincheck
 from ..judge.outcome import Outcome
 from ..memory.observe import last_committed
+from ..review import report
 from .decide import verify
 
 FALLBACKS = 2  # runners-up verified at most, when winners are found incorrect in verification
@@ -112,7 +112,7 @@ def _verify_committed(
 
 
 def _machine_busy(judged: list[Judged]) -> dict[str, Any] | None:
-    """How much of the machine others used during the operator's timings (`judge/contention.py`)."""
+    """How much of the machine others used during the operator's timings (`judge/measure/contention.py`)."""
     seen = sorted(t.busy for j in judged for t in j.timings if t.busy is not None)
     if not seen:
         return None

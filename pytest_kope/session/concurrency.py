@@ -2,7 +2,7 @@
 `--kope-concurrency`, `--kope-ray-repo`): starting the executor, each operator's own view of the
 session, the shared node and timing slots in its plan, and judgements lost to the machinery.
 
-The executors themselves live in judge/executors.py and judge/ray_executor.py, the operator threads in
+The executors themselves live in judge/controller/executors.py and judge/controller/ray_executor.py, the operator threads in
 scheduler.py; this module is the session's side of them.
 """
 
@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 from ..agents.base import declared
 from ..errors import ConfigError, KopeError
-from ..judge.executors import NodeReservation
+from ..judge.controller.executors import NodeReservation
+from ..judge.controller.runner import Plan
 from ..judge.outcome import Judged
-from ..judge.runner import Plan
 from ..scheduler import OneAtATime
 from ..toolchains import toolchain_of
 from .ceilings import measure_ceilings
@@ -45,7 +45,7 @@ class Concurrency:
     def start(self) -> None:
         """Connect to Ray for `--kope-executor ray`; with operators at once, the graph and the
         publisher take calls one at a time (the controller stays their only writer)."""
-        from ..judge.ray_executor import make_executor
+        from ..judge.controller.ray_executor import make_executor
 
         s = self.s
         if self.many:

@@ -1,7 +1,7 @@
 """The session's decisions on judged candidates: which one beats the incumbent beyond noise (`decide`,
 `judge_batch`), and whether the winner holds its gain in a fresh process (`verify`).
 
-(`judge/verdict.py` reads one candidate's events from its judging child into a `Judged`; this module
+(`judge/controller/verdict.py` reads one candidate's events from its judging child into a `Judged`; this module
 decides what the session does with judged candidates.)
 """
 
@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..candidate import Candidate
-from ..judge.contention import CONTENDED
+from ..judge.controller.runner import Judge
+from ..judge.measure.contention import CONTENDED
+from ..judge.measure.stats import PairedRatio
 from ..judge.outcome import Judged, Outcome
-from ..judge.runner import Judge
-from ..judge.stats import PairedRatio
 
 TIMINGS = 3  # a winner's verification is timed at most this often, for one timing on a quiet machine
 

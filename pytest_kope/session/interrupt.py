@@ -24,8 +24,8 @@ import time
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from .. import report
-from ..judge import sandbox
+from ..judge.controller import sandbox
+from ..review import report
 from ..stopping import Stop, stopped
 
 if TYPE_CHECKING:

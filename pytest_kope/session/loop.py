@@ -18,9 +18,9 @@ from ..agents.base import Context, OperatorInfo
 from ..agents.tuner import Tuner
 from ..candidate import Candidate
 from ..errors import BaselineBroken, InfrastructureFault, KopeError, SpecError
-from ..judge import sandbox
+from ..judge.controller import sandbox
+from ..judge.controller.runner import Judge, Plan
 from ..judge.outcome import Judged, Outcome
-from ..judge.runner import Judge, Plan
 from ..operator import is_performance_test
 from ..settings import SEED
 from ..spec import FLAGS, parse_spec

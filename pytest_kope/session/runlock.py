@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
-from ..judge import sandbox
+from ..judge.controller import sandbox
 
 POLL_S = 0.5  # how often a waiting run tries the lock (and notices Ctrl-C)
 

@@ -18,15 +18,15 @@ from typing import Any
 
 import pytest
 
-from .. import report, report_formats
 from ..agents import explore_rate
 from ..agents.base import declared
 from ..errors import ConfigError, Interrupted, KopeError
 from ..hardware import label
-from ..judge import sandbox
+from ..judge.controller import sandbox
 from ..memory.opening import GraphGuard
 from ..operator import Operator, operator_of, same_operator
 from ..paths import ensure_kope_dir, kope_home
+from ..review import report, report_formats
 from ..scheduler import each
 from ..settings import Settings
 from ..stopping import RunClock, Slot, Stop, stopped
@@ -285,8 +285,8 @@ class KopeSession:
 
     def _open_store(self) -> None:
         """The run's home, `.kope/`, the graph, the run folder, git and the publisher."""
-        from ..publish import Publisher
-        from ..vcs import Vcs
+        from ..review.publish import Publisher
+        from ..review.vcs import Vcs
 
         s = self.settings
         home, warning = kope_home(

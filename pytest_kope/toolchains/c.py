@@ -251,7 +251,7 @@ class CToolchain(ToolchainBase):
             ffi.cdef("\n".join(k.rstrip(";") + ";" for k in spec.kernels))
         except cffi.CDefError as e:
             raise SpecError(f"{candidate.filename}: cannot read the kernel prototypes: {e}") from None
-        from ..judge import fpstate
+        from ..judge.child import fpstate
 
         before = fpstate.read()
         lib = ffi.dlopen(str(lib_path))

@@ -10,7 +10,7 @@ candidates come as fenced code blocks and go through the same checks, a sandboxe
 Nothing the API does crashes the run: rate limits, overload and time-outs are retried with back-off, a
 prompt over the model's context length is shrunk once, and whatever still fails ends the round with a
 fault note in `usage()["faults"]`. The key never leaves the HTTP header: it is scrubbed from every text
-this agent stores or returns. Drafts compile in the judge's sandbox (judge/draft.py), and whatever text
+this agent stores or returns. Drafts compile in the judge's sandbox (judge/controller/draft.py), and whatever text
 came from a candidate (compiler output, build logs, test failures) reaches the model fenced as untrusted.
 """
 
@@ -23,9 +23,9 @@ import time
 from typing import Any
 
 from ...candidate import Candidate
-from ...forge import redact
 from ...judge.outcome import Judged
 from ...memory.recall import CHARS_PER_TOKEN
+from ...review.forge import redact
 from ..base import AgentBase, Context, PromptSink, Sink
 from . import prompt, record
 from .tools import _needs, compile_check, compile_problem, fenced_candidates, submit

@@ -12,7 +12,7 @@ from typing import Any
 
 from ...candidate import Candidate
 from ...errors import SpecError
-from ...judge import draft
+from ...judge.controller import draft
 from ...spec import FLAGS, parse_spec
 from ..base import Context
 from . import prompt
@@ -93,7 +93,7 @@ def compile_check(ctx: Context, source: str, timeout: float, cc: str | None) -> 
         return "ok (Python syntax only; the judge builds and runs it)"
     if ctx.operator.toolchain != "c" or lang not in ("c", "cpp"):
         return f"no quick check for {filename} here; submit it and the judge builds it"
-    # built in the judge's sandbox with the toolchain's own command line: see judge/draft.py
+    # built in the judge's sandbox with the toolchain's own command line: see judge/controller/draft.py
     checked = draft.check(source, filename, timeout, cc)
     if checked.reason:
         return checked.reason

@@ -17,8 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from ..toolchains.base import KernelFunction
-from . import arrays, callfiles
+from ...toolchains.base import KernelFunction
+from .. import arrays
+from . import callfiles
 from .draws import (
     DRAW_S,
     GRAD_MODES,

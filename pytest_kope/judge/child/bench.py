@@ -11,18 +11,19 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..errors import GuardViolation
-from ..flops import count_flops
-from ..toolchains.base import IN, INOUT, OUT, SCALAR, Kernel, KernelFunction, Timer
-from . import contention, procstate, timing
-from .arrays import DEFAULT_RTOL
+from ...errors import GuardViolation
+from ...flops import count_flops
+from ...toolchains.base import IN, INOUT, OUT, SCALAR, Kernel, KernelFunction, Timer
+from ..arrays import DEFAULT_RTOL
+from ..measure import contention, timing
+from ..measure.rotation import Rotation
+from ..measure.stats import Stats
+from ..outcome import Timing
+from . import procstate
 from .guards import GuardedFunction, PoisonOutputs
-from .outcome import Timing
-from .rotation import Rotation
-from .stats import Stats
 
 if TYPE_CHECKING:
-    from .physics import Ceilings
+    from ..measure.physics import Ceilings
 
 
 @dataclass
@@ -151,7 +152,7 @@ class Bench:
         caps = self.session.physics
         if caps is None:
             return ""
-        from .physics import Work
+        from ..measure.physics import Work
 
         call = Work(work[0], work[1], record.bytes_moved * copies, work[2])  # all copies it cycles through
         record.bound_s = caps.bound(call)

@@ -19,10 +19,10 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..candidate import Candidate
-from ..errors import SpecError
-from ..spec import parse_spec
-from ..toolchains.screening import strip_c_comments
+from ...candidate import Candidate
+from ...errors import SpecError
+from ...spec import parse_spec
+from ...toolchains.screening import strip_c_comments
 from . import sandbox
 
 OUTPUT_CHARS = 4_000
@@ -41,7 +41,7 @@ class Checked:
 
 def check(source: str, filename: str, timeout: float = 20.0, cc: str | None = None) -> Checked:
     """Screen and build a C/C++ draft in the sandbox; never raises for anything the draft does."""
-    from ..toolchains.c import CToolchain
+    from ...toolchains.c import CToolchain
 
     filename = Path(filename).name or "draft.c"
     refused = unsafe_include(source)

@@ -12,7 +12,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from . import arrays
+from .. import arrays
 from .outputcheck import Audit, InRoundCheck, timed_outputs_mismatch
 from .rotation import IN, INOUT, OUT, SCALAR, Rotation, last_level_cache_bytes  # noqa: F401 - their old home
 from .stats import PairedRatio, Stats

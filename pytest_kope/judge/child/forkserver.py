@@ -34,12 +34,13 @@ from typing import Any
 
 import pytest
 
-from ..candidate import Candidate
-from ..errors import KopeError
-from ..operator import Operator
-from ..settings import SEED
-from . import guards, perfinputs, sandbox
-from .protocol import sign
+from ...candidate import Candidate
+from ...errors import KopeError
+from ...operator import Operator
+from ...settings import SEED
+from ..controller import sandbox
+from ..protocol import sign
+from . import guards, perfinputs
 
 CANDIDATE_SLOT = "kope-candidate"  # the placeholder a judgement binds its candidate into
 PR_SET_DUMPABLE = 4
@@ -153,7 +154,7 @@ class Server:
 
 def judge(session: pytest.Session, request: dict[str, Any]) -> int:
     """Run the selected items with the candidate and seeds bound in, as a fresh judging child would."""
-    from .child import Child
+    from .plugin import Child
 
     config, spec = session.config, request["spec"]
     child = Child(config, spec, key=bytes.fromhex(request["key"]))
@@ -178,7 +179,7 @@ def judge(session: pytest.Session, request: dict[str, Any]) -> int:
 def _record_inputs(session: pytest.Session, spec: dict[str, Any]) -> None:
     """Before a timing child is forked: run each selected perf test's body here once per seed, to
     keep its inputs (`perfinputs`). Requests with fresh-input seeds (correctness) record nothing."""
-    from ..operator import base_nodeid, is_performance_test
+    from ...operator import base_nodeid, is_performance_test
 
     if spec.get("seeds") or not spec.get("record_inputs", True):
         return
@@ -225,7 +226,7 @@ def bind(items: list[pytest.Item], candidate: Candidate, seeds: list[int], defau
 
 def build(session: pytest.Session, request: dict[str, Any]) -> int:
     """Compile and screen a candidate into `builds/` here; load nothing. Reports `built` or `build_failed`."""
-    from ..toolchains import toolchain_of
+    from ...toolchains import toolchain_of
     from .building import build_failure, interface_of
 
     spec = request["spec"]
@@ -248,7 +249,7 @@ def build(session: pytest.Session, request: dict[str, Any]) -> int:
 def _build_key(session: pytest.Session, request: dict[str, Any]) -> tuple[Any, str] | None:
     """(toolchain, the cache key) a build step's output must have, decided here, before the fork; None
     when the header does not parse (the step reports why)."""
-    from ..toolchains import toolchain_of
+    from ...toolchains import toolchain_of
     from .building import interface_of
 
     spec = request["spec"]
@@ -263,8 +264,8 @@ def _build_key(session: pytest.Session, request: dict[str, Any]) -> tuple[Any, s
 def _warm(session: pytest.Session) -> None:
     """Fill the caches every child would fill alike (toolchains, compiler versions, the committed
     kernels' cache keys) once, here; nothing is built or loaded."""
-    from ..operator import operator_of
-    from ..toolchains import toolchain_of
+    from ...operator import operator_of
+    from ...toolchains import toolchain_of
     from .building import interface_of
 
     try:  # cffi's first cdef imports pycparser and builds its tables: tens of ms in every child
@@ -277,7 +278,8 @@ def _warm(session: pytest.Session) -> None:
     # and numpy's lazily loaded random module, and compile the MXCSR helper with gcc (~0.1 s a child).
     import numpy.random  # noqa: F401
 
-    from . import bench, differential, fpstate, memops, physics, timing  # noqa: F401
+    from ..measure import memops, physics, timing  # noqa: F401
+    from . import fpstate
 
     fpstate.read()
     memops.available(), memops.streaming_bytes()  # compiled once here, not in every child

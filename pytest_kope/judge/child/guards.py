@@ -25,9 +25,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ..errors import GuardViolation
-from ..toolchains.base import IN, INOUT, OUT, SCALAR, Kernel, KernelFunction
-from . import arrays, fpstate
+from ...errors import GuardViolation
+from ...toolchains.base import IN, INOUT, OUT, SCALAR, Kernel, KernelFunction
+from .. import arrays
+from . import fpstate
 
 SETTLE_S = 0.002
 PROBE = False  # switched on in judging children only: plain runs pay nothing

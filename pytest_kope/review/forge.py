@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from .errors import ConfigError, ForgeError
+from ..errors import ConfigError, ForgeError
 
 GITHUB_TOKENS = ("GITHUB_TOKEN", "GH_TOKEN")
 GITLAB_TOKENS = ("KOPE_GITLAB_TOKEN", "GITLAB_TOKEN")

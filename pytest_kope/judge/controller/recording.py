@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from .differential import compare, take_expected
+from ..child.differential import compare, take_expected
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..errors import Interrupted
+from ...errors import Interrupted
 from . import sandbox
 
 
@@ -60,7 +60,7 @@ class ForkServer:
         self.replies, rep_w = os.pipe()
         jailed = bool(sandbox.bubblewrap()[0])
         plugins = [a for name in ("pytest_kope.plugin", *plan.plugins) for a in ("-p", name)]
-        cmd = [sys.executable, "-m", "pytest", *plugins, "-p", "pytest_kope.judge.forkserver"]
+        cmd = [sys.executable, "-m", "pytest", *plugins, "-p", "pytest_kope.judge.child.forkserver"]
         cmd += ["--kope-serve", f"{req_r},{rep_w},{self.seeds},{int(jailed)}"]
         cmd += ["-p", "no:cacheprovider", "-o", "addopts=", "-q", "--rootdir", str(plan.rootdir)]
         cmd += [*(["-c", str(plan.inifile)] if plan.inifile else []), *map(str, plan.files)]

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 
 import git
 
-from .errors import ConfigError, ForgeError
+from ..errors import ConfigError, ForgeError
 from .vcs import Vcs
 
 CI_BRANCH_VARIABLES = ("GITHUB_BASE_REF", "GITHUB_REF_NAME", "CI_COMMIT_BRANCH", "CI_DEFAULT_BRANCH")

@@ -24,14 +24,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..candidate import Candidate
-from ..errors import InfrastructureFault, SpecError
-from ..operator import Operator, interface_change
-from ..spec import parse_spec
-from . import drawing, environments, sandbox
-from .arrays import DEFAULT_RTOL, timed_rtol
+from ...candidate import Candidate
+from ...errors import InfrastructureFault, SpecError
+from ...operator import Operator, interface_change
+from ...spec import parse_spec
+from ..arrays import DEFAULT_RTOL, timed_rtol
+from ..child import drawing
+from ..outcome import Judged, Outcome
+from . import environments, sandbox
 from .launch import Launcher, Request
-from .outcome import Judged, Outcome
 from .recording import Recording
 from .verdict import interpret  # noqa: F401 - the verdict's old home
 

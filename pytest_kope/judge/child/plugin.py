@@ -1,4 +1,4 @@
-"""The plugin a judging child loads (`-p pytest_kope.judge.child --kope-child SPEC.json`).
+"""The plugin a judging child loads (`-p pytest_kope.judge.child.plugin --kope-child SPEC.json`).
 
 It parametrizes the operator's tests over the candidate (and the seeds), keeps only the tests the
 controller selected, sets the reference kernel for paired timing, records the committed kernel's
@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
-from ..candidate import Candidate
-from ..operator import Operator, base_nodeid, operator_of
+from ...candidate import Candidate
+from ...operator import Operator, base_nodeid, operator_of
+from ..arrays import DEFAULT_RTOL
+from ..protocol import read_key, sign
 from . import guards
-from .arrays import DEFAULT_RTOL
 from .guards import GuardedKernel
-from .protocol import read_key, sign
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -53,7 +53,7 @@ class Child:
         self.recorder = None
         self.tests_s = 0.0  # in correctness test bodies, outside guarded calls: the tests' own code
         if self.record is not None:
-            from .. import oracle
+            from ... import oracle
             from .differential import Recorder
 
             self.recorder = guards.RECORDER = Recorder()
@@ -97,7 +97,7 @@ class Child:
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         if self.reference is None:
             return
-        from ..settings import bench_session as _bench_session
+        from ...settings import bench_session as _bench_session
         from .building import build_cached
 
         bench = _bench_session(self.config)
@@ -106,7 +106,7 @@ class Child:
         bench.min_gain = self.min_gain
         bench.flops = dict(self.op.flops)
         if self.ceilings:
-            from .physics import Ceilings
+            from ..measure.physics import Ceilings
 
             bench.physics = Ceilings.from_json(self.ceilings)
 
@@ -159,7 +159,7 @@ class Child:
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        from ..settings import BENCH
+        from ...settings import BENCH
         from .building import BUILD_SECONDS, FAILED_BUILDS
 
         for digest, (kind, message) in FAILED_BUILDS.items():
@@ -173,7 +173,7 @@ class Child:
                 **{**record.timing.__dict__, "test": base_nodeid(record.timing.test)},
             )
         if self.recorder is not None and self.record is not None:
-            from .. import oracle
+            from ... import oracle
 
             guards.RECORDER = None
             asserted = [max(pair) for pair in zip(*oracle.ASSERTED, strict=True)] if oracle.ASSERTED else None

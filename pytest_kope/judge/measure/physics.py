@@ -32,9 +32,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..errors import KopeError
-from ..hardware import cpu_fingerprint
-from ..toolchains.c import compiler_version
+from ...errors import KopeError
+from ...hardware import cpu_fingerprint
+from ...toolchains.c import compiler_version
 from .caches import cache_sizes, last_level_cache_bytes, llc_instances
 
 SMALLEST = 16 << 10

@@ -25,8 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from ..toolchains.base import IN, OUT, SCALAR, KernelFunction
-from . import arrays, shapes
+from ...toolchains.base import IN, OUT, SCALAR, KernelFunction
+from .. import arrays
+from . import shapes
 
 MAX_ELEMENTS = 1 << 18  # per buffer of a drawn call: a call stays cheap to replay
 MAX_KEPT = 150  # drawn calls kept per function

@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
+from ..errors import ConfigError, ForgeError
+from ..hardware import describe
 from . import plot, prbase, prbody, report
-from .errors import ConfigError, ForgeError
 from .forge import ForgeSettings, make_forge, redact
-from .hardware import describe
 from .vcs import ZERO, Vcs
 
 INI = ("kope_forge", "kope_forge_url", "kope_forge_repo", "kope_forge_token_env", "kope_pr_base")
@@ -193,8 +193,8 @@ class Publisher:
         report.json/report.md and the pull request."""
         if not _option(self.config, "kope_peers") or op.toolchain != "c":
             return
-        from .peers import child, headline
-        from .peers.measure import Comparison
+        from ..peers import child, headline
+        from ..peers.measure import Comparison
 
         source = Path(op.source)
         if not child.applies(op.name, source.read_text()):
@@ -270,7 +270,7 @@ class Publisher:
         sha: str,
         note: str,
     ) -> prbody.Evidence:
-        from .settings import SEED
+        from ..settings import SEED
 
         return prbody.Evidence(
             operator=op.name,
@@ -303,7 +303,7 @@ class Publisher:
         )
 
     def _build_line(self, op: Any, verified: Any) -> str:
-        from .toolchains import toolchain_of
+        from ..toolchains import toolchain_of
 
         tc = toolchain_of(self.config, op.toolchain)
         command = getattr(tc, "command", None)

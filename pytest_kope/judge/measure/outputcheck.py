@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from . import arrays
+from .. import arrays
 from .rotation import INOUT, OUT, Rotation, _blank, _clone
 
 Call = Callable[..., object]

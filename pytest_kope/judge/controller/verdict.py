@@ -5,9 +5,9 @@ from __future__ import annotations
 import signal
 from typing import Any
 
-from ..candidate import Candidate
+from ...candidate import Candidate
+from ..outcome import Judged, Outcome, Timing
 from . import sandbox
-from .outcome import Judged, Outcome, Timing
 
 
 def interpret(

@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from ..toolchains.base import IN, OUT, SCALAR
-from . import arrays
+from ...toolchains.base import IN, OUT, SCALAR
+from .. import arrays
 from .guards import GuardedFunction
 
 RACE_ENTRIES = 4  # recorded calls that get pairs: the largest of distinct shapes (longest overlap most)

@@ -22,13 +22,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..candidate import Candidate
-from ..toolchains.devices import visible_devices_env
+from ...candidate import Candidate
+from ...toolchains.devices import visible_devices_env
+from ..arrays import DEFAULT_RTOL
+from ..outcome import Judged, Outcome
+from ..protocol import read_events
 from . import environments, sandbox
-from .arrays import DEFAULT_RTOL
 from .buildcache import BuildCache
-from .outcome import Judged, Outcome
-from .protocol import read_events
 from .servers import ForkServer, Pool, ServerDied
 from .verdict import interpret, phases
 
@@ -269,7 +269,7 @@ class Launcher:
         # Only pytest-kope, the repo's conftests and the plugins named in `kope_plugins` load in a
         # judging child: entry-point plugins cost seconds per child (hypothesis alone ~1 s).
         plugins = [a for name in ("pytest_kope.plugin", *plan.plugins) for a in ("-p", name)]
-        cmd = [sys.executable, "-m", "pytest", *plugins, "-p", "pytest_kope.judge.child"]
+        cmd = [sys.executable, "-m", "pytest", *plugins, "-p", "pytest_kope.judge.child.plugin"]
         cmd += ["--kope-child", str(work / "spec.json"), "-p", "no:cacheprovider", "-o", "addopts=", "-q"]
         cmd += ["--rootdir", str(plan.rootdir), "--kope-seed", str(spec["seed"])]
         cmd += [*(["-c", str(plan.inifile)] if plan.inifile else []), *map(str, plan.files)]

@@ -34,8 +34,9 @@ from typing import Any
 
 import numpy as np
 
-from ..toolchains.base import IN, OUT, SCALAR, KernelFunction
-from . import arrays, callfiles, drawing, overlap
+from ...toolchains.base import IN, OUT, SCALAR, KernelFunction
+from .. import arrays
+from . import callfiles, drawing, overlap
 from .guards import Call, SettleLater
 
 # (name, factor, offset in units of the input's largest magnitude)

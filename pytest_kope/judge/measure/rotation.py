@@ -21,7 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from . import arrays, memops
+from .. import arrays
+from . import memops
 from .freshinputs import Domain, fresh
 
 IN, OUT, INOUT, SCALAR = "in", "out", "inout", "scalar"  # the roles of toolchains.base.Arg

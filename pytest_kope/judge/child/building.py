@@ -10,13 +10,13 @@ from typing import cast
 
 import pytest
 
-from ..candidate import Candidate
-from ..errors import BuildError, BuildFailed, KopeError, LibraryRejected
-from ..operator import Operator
-from ..paths import kope_dir
-from ..spec import KernelSpec, parse_spec
-from ..toolchains import toolchain_of
-from ..toolchains.base import Kernel, Toolchain
+from ...candidate import Candidate
+from ...errors import BuildError, BuildFailed, KopeError, LibraryRejected
+from ...operator import Operator
+from ...paths import kope_dir
+from ...spec import KernelSpec, parse_spec
+from ...toolchains import toolchain_of
+from ...toolchains.base import Kernel, Toolchain
 
 # candidate hash -> (outcome kind, message) of a failed build, for the judging child's typed events
 FAILED_BUILDS: dict[str, tuple[str, str]] = {}
@@ -62,7 +62,7 @@ def build_dir_for(config: pytest.Config, tc: Toolchain, candidate: Candidate, in
 def build_cached(config: pytest.Config, op: Operator, candidate: Candidate) -> Kernel:
     """Build once per process; a failure raises BuildFailed naming the operator and the file (the
     `kernel` fixture's border makes it the test's failure)."""
-    from ..settings import BUILT
+    from ...settings import BUILT
 
     built = config.stash[BUILT]
     if candidate.hash in built:
