@@ -51,6 +51,7 @@ from pytest_kope.candidate import Candidate  # noqa: E402
 from pytest_kope.judge.controller import sandbox  # noqa: E402
 from pytest_kope.judge.controller.runner import Judge, Plan  # noqa: E402
 from pytest_kope.judge.outcome import Judged  # noqa: E402
+from pytest_kope.memory import distill  # noqa: E402
 from pytest_kope.memory.graph import Graph  # noqa: E402
 from pytest_kope.operator import is_performance_test, operator_of  # noqa: E402
 from pytest_kope.session.decide import time_and_decide  # noqa: E402
@@ -134,7 +135,7 @@ def bookkeeping(graph: Graph, task: int, run_id: str, judged: list[Judged]) -> f
     began = time.monotonic()
     for j in judged:
         graph.record(task, run_id, j)
-    graph.distill(task, run_id)
+    distill(graph, task, run_id)
     return time.monotonic() - began
 
 

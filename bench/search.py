@@ -55,6 +55,7 @@ from pytest_kope.agents.exploration import point_key  # noqa: E402
 from pytest_kope.agents.search import Table, TableEvaluator, baseline_of, run_search  # noqa: E402
 from pytest_kope.agents.tuner import Tuner  # noqa: E402
 from pytest_kope.judge.outcome import Judged, Outcome  # noqa: E402
+from pytest_kope.memory import distill  # noqa: E402
 from pytest_kope.memory.graph import Graph  # noqa: E402
 
 TABLES = ROOT / "bench" / "tables"
@@ -201,7 +202,7 @@ def fill(path: Path, fills: dict[str, tuple[Table, list[Judged]]], ops: list[str
         graph.record(task, run_id, baseline_of(info))
         for j in history:
             graph.record(task, run_id, j)
-        graph.distill(task, run_id)
+        distill(graph, task, run_id)
     return graph
 
 

@@ -27,6 +27,7 @@ from typing import Any
 from tabulate import tabulate
 
 from .errors import KopeError
+from .memory import export_jsonl, import_jsonl
 
 DEFAULT_DB = Path(".kope") / "experience.db"
 
@@ -148,7 +149,7 @@ def _run(args: argparse.Namespace, db_path: Path) -> int:
         if not args.file.is_file():
             raise KopeError(f"cannot read {args.file}: no such file; pass a file written by `kope export`")
         with _open(db_path, create=True) as graph:
-            added = graph.import_jsonl(args.file)
+            added = import_jsonl(graph, args.file)
         summary = ", ".join(f"{n} {k}" for k, n in sorted(added.items())) or "nothing new"
         print(f"imported {args.file} into {db_path}: {summary}")
         return 0
@@ -157,7 +158,7 @@ def _run(args: argparse.Namespace, db_path: Path) -> int:
     with _open(db_path) as graph:
         if args.command == "export":
             graph.checkpoint()  # CI saves experience.db to its cache next: fold the write-ahead log in
-            n = graph.export_jsonl(args.file)
+            n = export_jsonl(graph, args.file)
             print(f"exported {n} records from {db_path} to {args.file}")
         elif args.command == "lessons":
             _lessons(graph, args.operator, args.limit)

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from .agents.llm.agent import RECALL_TOKENS
+from .memory import recall_from
 
 USAGE = "kope context OPERATOR [--agent claude|openai:MODEL] [--repo DIR] [pytest args]"
 
@@ -112,7 +113,7 @@ class Finder:
             op.name, op.family, ctx.hardware, op.toolchain, recall_state(ctx, []), 12, RECALL_TOKENS
         )
         with Graph(self.db) as graph:
-            return graph.recall(query)
+            return recall_from(graph, query)
 
 
 PROVIDERS = {"claude": "anthropic", "openai": "openai"}

@@ -29,19 +29,19 @@ from .session.loop import plan_for
 
 if TYPE_CHECKING:
     from .judge.outcome import Judged
-    from .session.session import KopeSession, OperatorRun
+    from .session.run import OperatorRun, Run
 
 READY = "passes"
 _LONGEST = 600  # characters of a failure shown on its one line
 
 
-def check(kope: KopeSession) -> int:
+def check(kope: Run, operators: list[OperatorRun]) -> int:
     """Print the table and what stands in each operator's way; returns how many operators, and test
     modules that could not be collected, stand in the way of optimizing."""
     if kope.vcs is None:
         kope.say(_no_commit_line(kope), red=True)
     rows, problems = [], []
-    for run in kope.operators.values():
+    for run in operators:
         row, lines = _check_one(kope, run)
         rows.append(row)
         problems += [f"kope {run.op.name}: {_near(line, kope.home)}" for line in lines]
@@ -64,7 +64,7 @@ def check(kope: KopeSession) -> int:
     return broken + len(uncollected)
 
 
-def _check_one(kope: KopeSession, run: OperatorRun) -> tuple[dict[str, Any], list[str]]:
+def _check_one(kope: Run, run: OperatorRun) -> tuple[dict[str, Any], list[str]]:
     """The operator's row, and the lines that say what is wrong with it (none when it passes)."""
     op = run.op
     correctness = [i for i in run.items if not is_performance_test(i)]
@@ -87,7 +87,7 @@ def _check_one(kope: KopeSession, run: OperatorRun) -> tuple[dict[str, Any], lis
     return row, lines
 
 
-def _judge(kope: KopeSession, run: OperatorRun, row: dict[str, Any]) -> tuple[str, list[str]]:
+def _judge(kope: Run, run: OperatorRun, row: dict[str, Any]) -> tuple[str, list[str]]:
     """Judge the committed kernel as an optimize run's baseline: (the table's verdict, lines to say)."""
     op = run.op
     plan, tc = plan_for(kope, run)
@@ -111,7 +111,7 @@ def _judge(kope: KopeSession, run: OperatorRun, row: dict[str, Any]) -> tuple[st
     return f"{base.outcome.value}: see below", [*_failure(kope, run, base), *notes]
 
 
-def _failure(kope: KopeSession, run: OperatorRun, base: Judged) -> list[str]:
+def _failure(kope: Run, run: OperatorRun, base: Judged) -> list[str]:
     """Why the committed kernel fails: a build's first compiler error whole (with a hint for a header
     it cannot find), else the first failure on one line."""
     op, text = run.op, (base.failures or ["?"])[0]
@@ -134,7 +134,7 @@ def _flat(text: str) -> str:
     return one if len(one) <= _LONGEST else one[: _LONGEST - 4] + " ..."
 
 
-def _uncollected(kope: KopeSession) -> list[str]:
+def _uncollected(kope: Run) -> list[str]:
     """One line per test module that could not be collected; pytest's own report of it, the import
     machinery's traceback, becomes that line too."""
     reporter = kope.config.pluginmanager.get_plugin("terminalreporter")
@@ -162,7 +162,7 @@ def _collect_error(report: pytest.CollectReport) -> str:
     return f"{where}: cannot collect: {why}; fix it: the tests in it, and any operator they declare, are not checked"
 
 
-def _no_commit_line(kope: KopeSession) -> str:
+def _no_commit_line(kope: Run) -> str:
     """Where an optimize run's winners go when no branch can hold them."""
     home = kope.home
     why = kope.no_commit_why

@@ -7,7 +7,7 @@ import pytest
 from pytest_kope.candidate import Candidate
 from pytest_kope.cli import main
 from pytest_kope.judge.outcome import Judged, Outcome, Timing
-from pytest_kope.memory import Graph
+from pytest_kope.memory import Graph, distill
 
 HW = {"arch": "x86_64", "model": "AMD EPYC 7B13", "simd": ["avx2"], "cores": 2, "compiler": "gcc 12.2"}
 SRC = "// kope: param BLOCK = 8 | 16\nvoid softmax(const float *x, float *y, int r, int c) {}\n"
@@ -43,7 +43,7 @@ def db(tmp_path):
             ),
         )
         g.record(t, "r1", judged({"BLOCK": 4}, Outcome.OK, speedup=0.9, parent=base.candidate.hash))
-        g.distill(t, "r1")
+        distill(g, t, "r1")
         g.task_id("gemm", "matmul", "c", HW)
     return path
 

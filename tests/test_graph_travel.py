@@ -10,7 +10,7 @@ from pathlib import Path
 from test_memory_exchange import HW, TABLES, counts, judged, populate
 
 from pytest_kope.judge.outcome import Outcome
-from pytest_kope.memory import Graph
+from pytest_kope.memory import Graph, distill, export_jsonl, import_jsonl
 
 
 def test_a_checkpointed_graph_file_is_whole_without_its_wal(tmp_path: Path) -> None:
@@ -37,9 +37,9 @@ def job(cache: Path, folder: Path, run: str, operator: str) -> Path:
         task = graph.task_id(operator, family, "c", HW)
         parent = graph.best(task)["candidate_hash"]
         graph.record(task, run, judged({"BLOCK": 64}, Outcome.BETTER, speedup=2.5, parent=parent))
-        graph.distill(task, run)
+        distill(graph, task, run)
         graph.finish_run(run, {})
-        graph.export_jsonl(folder / "graph.jsonl")
+        export_jsonl(graph, folder / "graph.jsonl")
     return folder / "graph.jsonl"
 
 
@@ -57,8 +57,8 @@ def test_a_job_matrix_over_operators_merges_cleanly_in_either_order(tmp_path: Pa
         shutil.copy(tmp_path / "cache.db", target)
         with Graph(target) as graph:
             for path in order:
-                graph.import_jsonl(path)
-            assert all(graph.import_jsonl(path) == {} for path in order)  # again: nothing new
+                import_jsonl(graph, path)
+            assert all(import_jsonl(graph, path) == {} for path in order)  # again: nothing new
             merged.append(counts(graph))
             assert {r["id"] for r in graph.rows("SELECT id FROM runs")} >= {"r1", "run-a", "run-b"}
             for operator, family in (("softmax", "rowwise"), ("transpose", "layout")):

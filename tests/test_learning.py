@@ -15,7 +15,7 @@ from pytest_kope.agents.search import Table, TableEvaluator, evaluations_to, run
 from pytest_kope.agents.tuner import Tuner
 from pytest_kope.candidate import Candidate
 from pytest_kope.judge.outcome import Judged, Outcome
-from pytest_kope.memory import Graph
+from pytest_kope.memory import Graph, distill, recall_from
 from pytest_kope.memory.effects import AdditiveModel, Observation, agreement, value_key
 from pytest_kope.memory.recall import RecallQuery
 from pytest_kope.memory.tags import added_lines, technique_tags
@@ -100,8 +100,8 @@ def test_technique_lessons_are_recalled_for_another_operator_by_tag(tmp_path) ->
             cand = Candidate(src + f"// {idea}\n", "softmax.c", "c", {}, idea, "claude", base.candidate.hash)
             failures = ["test_softmax[7x5]: max rel err 0.3"] if speedup is None else []
             graph.record(task, "r1", Judged(cand, outcome, failures=failures, speedup=speedup))
-        graph.distill(task, "r1")
-        found = graph.recall(RecallQuery("swiglu", "elementwise", HW, "c", max_items=20))
+        distill(graph, task, "r1")
+        found = recall_from(graph, RecallQuery("swiglu", "elementwise", HW, "c", max_items=20))
         techniques = {lesson.key: lesson.text for lesson in found.lessons if lesson.kind == "technique"}
         assert techniques["vectorized-exp"].startswith("technique vectorized-exp: 3.00x on softmax")
         assert 'e.g. "inline polynomial exp, vectorized"' in techniques["vectorized-exp"]

@@ -9,7 +9,7 @@ import pytest
 from pytest_kope.candidate import Candidate
 from pytest_kope.errors import KopeError
 from pytest_kope.judge.outcome import Judged, Outcome, Timing
-from pytest_kope.memory import Graph, RecallQuery
+from pytest_kope.memory import Graph, RecallQuery, distill, export_jsonl, import_jsonl, recall_from
 
 HW = {"arch": "x86_64", "model": "AMD EPYC 7B13", "simd": ["avx2"], "cores": 2, "compiler": "gcc 12.2"}
 HW2 = {"arch": "aarch64", "model": "Neoverse-V1", "simd": ["sve"], "cores": 8, "compiler": "gcc 12.2"}
@@ -59,9 +59,10 @@ def populate(graph, hw=HW, run="r1"):
                 source=SRC + "// v\n",
             ),
         )
-        graph.distill(t, run)
+        distill(graph, t, run)
         graph.record_llm_call(run, op, "claude-x", {"input_tokens": 10, "output_tokens": 3})
-        graph.mark_used(run, op, graph.recall(RecallQuery(op, "", hw, "c")))
+        recalled = recall_from(graph, RecallQuery(op, "", hw, "c"))
+        graph.mark_used(run, op, [lesson.id for lesson in recalled.lessons])
     graph.finish_run(run, {"calls": 2})
 
 
@@ -81,13 +82,13 @@ def test_export_then_import_into_an_empty_graph_gives_equal_counts(graphs, tmp_p
     src, dst = graphs
     populate(src)
     path = tmp_path / "out" / "experience.jsonl"
-    n = src.export_jsonl(path)
+    n = export_jsonl(src, path)
     lines = path.read_text().splitlines()
     assert json.loads(lines[0])["type"] == "kope-export" and len(lines) == n + 1
-    added = dst.import_jsonl(path)
+    added = import_jsonl(dst, path)
     assert counts(dst) == counts(src)
     assert added["attempts"] == 8 and added["lessons"] == src.db["lessons"].count
-    assert dst.import_jsonl(path) == {}  # importing twice adds nothing
+    assert import_jsonl(dst, path) == {}  # importing twice adds nothing
     assert counts(dst) == counts(src)
     rels = "SELECT rel, count(*) FROM edges GROUP BY rel ORDER BY rel"
     assert dst.db.execute(rels).fetchall() == src.db.execute(rels).fetchall()
@@ -99,16 +100,16 @@ def test_import_merges_by_content_keeping_the_lesson_with_more_evidence(graphs, 
     a, b = graphs
     populate(a)
     populate(b, hw=HW2, run="r2")
-    a.export_jsonl(tmp_path / "a.jsonl")
+    export_jsonl(a, tmp_path / "a.jsonl")
     t = a.task_id("softmax", "rowwise", "c", HW)
     base = a.lookup(t, a.attempts(t)[0]["candidate_hash"])
     a.record(
         t, "r3", judged({"BLOCK": 16, "X": 1}, Outcome.BETTER, speedup=1.7, parent=base["candidate_hash"])
     )
-    a.distill(t, "r3")  # BLOCK=16 on softmax has more evidence in a than in a.jsonl
-    b.import_jsonl(tmp_path / "a.jsonl")
-    b.export_jsonl(tmp_path / "b.jsonl")
-    added = a.import_jsonl(tmp_path / "b.jsonl")
+    distill(a, t, "r3")  # BLOCK=16 on softmax has more evidence in a than in a.jsonl
+    import_jsonl(b, tmp_path / "a.jsonl")
+    export_jsonl(b, tmp_path / "b.jsonl")
+    added = import_jsonl(a, tmp_path / "b.jsonl")
     assert added["attempts"] == 8 and added["hardware"] == 1 and "lessons_updated" not in added
     lesson = a.one(
         "SELECT * FROM lessons WHERE key = 'BLOCK=16' AND operator = 'softmax' AND arch = 'x86_64'"
@@ -133,5 +134,5 @@ def test_a_bad_file_is_refused_with_its_name_and_line(graphs, tmp_path, text, me
     path = tmp_path / "g.jsonl"
     path.write_text(text)
     with pytest.raises(KopeError, match=message):
-        graphs[0].import_jsonl(path)
+        import_jsonl(graphs[0], path)
     assert graphs[0].db["tasks"].count == 0  # all or nothing

@@ -6,7 +6,7 @@ import pytest
 
 from pytest_kope.candidate import Candidate
 from pytest_kope.judge.outcome import Judged, Outcome, Timing
-from pytest_kope.memory import Graph
+from pytest_kope.memory import Graph, distill
 
 HW = {"arch": "x86_64", "model": "AMD EPYC 7B13", "simd": ["avx2"], "cores": 2, "compiler": "gcc 12.2"}
 SRC = "// kope: param BLOCK = 8 | 16\nvoid softmax(const float *x, float *y, int r, int c) {}\n"
@@ -64,7 +64,7 @@ def test_tuner_lessons_name_the_value_operator_family_hardware_and_effect(graph,
             failures=["test_softmax[64x8192]: max rel err 0.4"],
         ),
     )
-    ids = graph.distill(task, "r1")
+    ids = distill(graph, task, "r1")
     assert len(ids) == 2
     texts = {r["key"]: r["text"] for r in graph.lessons()}
     # the effect is the fitted model's (against the default value, shrunk a little by its prior),
@@ -109,7 +109,7 @@ def test_an_llm_lesson_is_its_idea_plus_the_measured_effect(graph, task):
             failures=["test_softmax: killed by SIGSEGV"],
         ),
     )
-    graph.distill(task, "r1")
+    distill(graph, task, "r1")
     texts = sorted(r["text"] for r in graph.lessons() if r["kind"] == "idea")
     assert texts == [
         "Prefetch with threads crashed on softmax (rowwise, AMD EPYC 7B13 avx2): test_softmax: killed by SIGSEGV",
@@ -136,8 +136,8 @@ def test_a_repeated_observation_updates_its_lesson_and_distill_is_per_round(grap
         "r1",
         judged({"BLOCK": 16, "UNROLL": 1, "flags": "-O2"}, Outcome.BETTER, speedup=1.5, parent=base),
     )
-    graph.distill(task, "r1")
-    assert graph.distill(task, "r1") == []  # each attempt teaches once
+    distill(graph, task, "r1")
+    assert distill(graph, task, "r1") == []  # each attempt teaches once
     graph.record(
         task,
         "r2",
@@ -145,7 +145,7 @@ def test_a_repeated_observation_updates_its_lesson_and_distill_is_per_round(grap
             {"BLOCK": 16, "UNROLL": 2, "flags": "-O2"}, Outcome.BETTER, speedup=1.2, parent=p2.candidate.hash
         ),
     )
-    graph.distill(task, "r2")
+    distill(graph, task, "r2")
     rows = graph.rows("SELECT * FROM lessons WHERE key = 'BLOCK=16'")
     assert len(rows) == 1
     (row,) = rows
@@ -202,7 +202,7 @@ def test_value_rises_for_a_helping_lesson_and_decays_for_a_misleading_one(graph,
                     parent=p,
                 ),
             )
-        graph.distill(task, run)
+        distill(graph, task, run)
         for key in history:
             history[key].append(graph.one("SELECT value FROM lessons WHERE key = ?", (key,))["value"])
     helping, misleading = history["BLOCK=16"], history["VEC=8"]
@@ -218,5 +218,5 @@ def test_screened_and_suspect_attempts_teach_nothing(graph, task):
         task, "r1", judged({"BLOCK": 32}, Outcome.REJECTED, parent=base, failures=["screen: uses fork"])
     )
     graph.record(task, "r1", judged({"BLOCK": 64}, Outcome.SUSPECT, speedup=400.0, parent=base))
-    assert graph.distill(task, "r1") == []
+    assert distill(graph, task, "r1") == []
     assert graph.db["attempts"].count_where("distilled = 1") == 2

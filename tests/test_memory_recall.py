@@ -7,7 +7,7 @@ import pytest
 from pytest_kope.candidate import Candidate
 from pytest_kope.hardware import fingerprint_id
 from pytest_kope.judge.outcome import Judged, Outcome, Timing
-from pytest_kope.memory import Graph, RecallQuery
+from pytest_kope.memory import Graph, RecallQuery, distill, recall_from
 from pytest_kope.memory.recall import tokens
 
 HW_A = {"arch": "x86_64", "model": "AMD EPYC 7B13", "simd": ["avx2"], "cores": 2, "compiler": "gcc 12.2"}
@@ -45,7 +45,7 @@ def teach(graph, operator, family, hw, params, speedup=1.5, outcome=Outcome.BETT
         **kw,
     )
     graph.record(t, run, child)
-    graph.distill(t, run)
+    distill(graph, t, run)
     return t
 
 
@@ -64,7 +64,7 @@ def test_same_operator_ranks_above_same_family_above_other(graph):
     teach(graph, "gemm", "matmul", HW_A, {"BLOCK": 64})
     teach(graph, "logsoftmax", "rowwise", HW_A, {"BLOCK": 32})
     teach(graph, "softmax", "rowwise", HW_A, {"BLOCK": 16})
-    r = graph.recall(RecallQuery("softmax", "rowwise", HW_A, "c"))
+    r = recall_from(graph, RecallQuery("softmax", "rowwise", HW_A, "c"))
     assert keys(r) == ["BLOCK=16", "BLOCK=32", "BLOCK=64"]
     assert [lesson.scope for lesson in r.lessons] == [
         "operator/hardware",
@@ -78,7 +78,7 @@ def test_same_hardware_ranks_above_same_arch_above_other(graph):
     teach(graph, "softmax", "rowwise", HW_C, {"BLOCK": 64})
     teach(graph, "softmax", "rowwise", HW_B, {"BLOCK": 32})
     teach(graph, "softmax", "rowwise", HW_A, {"BLOCK": 16})
-    r = graph.recall(RecallQuery("softmax", "rowwise", HW_A, "c"))
+    r = recall_from(graph, RecallQuery("softmax", "rowwise", HW_A, "c"))
     assert keys(r) == ["BLOCK=16", "BLOCK=32", "BLOCK=64"]
     assert [lesson.scope.split("/")[1] for lesson in r.lessons] == ["hardware", "arch", "other"]
 
@@ -86,7 +86,7 @@ def test_same_hardware_ranks_above_same_arch_above_other(graph):
 def test_value_orders_lessons_of_equal_structure_and_preferred_params_are_signed(graph):
     teach(graph, "softmax", "rowwise", HW_A, {"VEC": 16}, outcome=Outcome.INCORRECT, failures=["t: wrong"])
     teach(graph, "softmax", "rowwise", HW_A, {"BLOCK": 16})
-    r = graph.recall(RecallQuery("softmax", "rowwise", HW_A, "c"))
+    r = recall_from(graph, RecallQuery("softmax", "rowwise", HW_A, "c"))
     assert keys(r) == ["BLOCK=16", "VEC=16"]
     prefs = r.preferred_params()
     assert prefs[0][:2] == ("BLOCK", 16) and prefs[0][2] > 0
@@ -97,7 +97,7 @@ def test_the_same_key_in_one_family_is_recalled_once_from_the_closest_scope(grap
     teach(graph, "logsoftmax", "rowwise", HW_A, {"BLOCK": 16})
     teach(graph, "softmax", "rowwise", HW_B, {"BLOCK": 16})
     teach(graph, "softmax", "rowwise", HW_A, {"BLOCK": 16})
-    r = graph.recall(RecallQuery("softmax", "rowwise", HW_A, "c"))
+    r = recall_from(graph, RecallQuery("softmax", "rowwise", HW_A, "c"))
     assert keys(r) == ["BLOCK=16"]
     assert r.lessons[0].scope == "operator/hardware"
     assert graph.db["lessons"].count == 3
@@ -125,11 +125,11 @@ def test_the_state_text_lifts_relevant_lessons(graph):
         source=SRC + "// b\n",
         run="r2",
     )
-    plain = graph.recall(RecallQuery("softmax", "rowwise", HW_A, "c"))
+    plain = recall_from(graph, RecallQuery("softmax", "rowwise", HW_A, "c"))
     ideas = [lesson for lesson in plain.lessons if lesson.kind == "idea"]
     assert ideas[0].key == "use aligned loads for rows"  # the newer, at equal score
-    lifted = graph.recall(
-        RecallQuery("softmax", "rowwise", HW_A, "c", state="correct at 1.5x; exp loop dominates")
+    lifted = recall_from(
+        graph, RecallQuery("softmax", "rowwise", HW_A, "c", state="correct at 1.5x; exp loop dominates")
     )
     ideas = [lesson for lesson in lifted.lessons if lesson.kind == "idea"]
     assert ideas[0].key == "unroll the exp loop by 4"
@@ -152,7 +152,7 @@ def test_exemplars_seeds_fixes_and_sources_only_within_a_token_budget(graph):
     graph.record(t, "r3", fixed)
     teach(graph, "gemm", "matmul", HW_A, {"TILE": 8}, speedup=9.0)
 
-    r = graph.recall(RecallQuery("softmax", "rowwise", HW_A, "c"))
+    r = recall_from(graph, RecallQuery("softmax", "rowwise", HW_A, "c"))
     assert r.seeds()[0] == {"BLOCK": 32} and {"BLOCK": 8, "VEC": 4, "TILE": 8} not in r.seeds()[:2]
     assert r.seeds()[1] == {"BLOCK": 8, "VEC": 4, **{"BLOCK": 16}}
     kinds = {ex["kind"] for ex in r.exemplars}
@@ -161,10 +161,10 @@ def test_exemplars_seeds_fixes_and_sources_only_within_a_token_budget(graph):
     assert fix["fixed_from"]["hash"] == broken.candidate.hash and "rel err" in fix["fixed_from"]["failure"]
     assert all(ex["source"] is None for ex in r.exemplars)  # no token budget: no sources
 
-    roomy = graph.recall(RecallQuery("softmax", "rowwise", HW_A, "c", max_tokens=2000))
+    roomy = recall_from(graph, RecallQuery("softmax", "rowwise", HW_A, "c", max_tokens=2000))
     assert any(ex["source"] for ex in roomy.exemplars)
     assert "Handle the row tail separately" in roomy.render(2000)
-    tight = graph.recall(RecallQuery("softmax", "rowwise", HW_A, "c", max_tokens=60))
+    tight = recall_from(graph, RecallQuery("softmax", "rowwise", HW_A, "c", max_tokens=60))
     assert all(ex["source"] is None for ex in tight.exemplars)
     assert tokens(tight.render(60)) <= 60
 
@@ -188,7 +188,7 @@ def test_failure_state_finds_instructive_failures_by_text(graph):
         outcome=Outcome.INCORRECT,
         failures=["test_logsoftmax: NaN in output"],
     )
-    r = graph.recall(RecallQuery("softmax", "rowwise", HW_A, "c", state="failing with SIGSEGV"))
+    r = recall_from(graph, RecallQuery("softmax", "rowwise", HW_A, "c", state="failing with SIGSEGV"))
     failures = [ex for ex in r.exemplars if ex["kind"] == "failure"]
     assert failures and "SIGSEGV" in failures[0]["failure"]
     assert all("NaN" not in ex["failure"] for ex in failures)
@@ -196,9 +196,9 @@ def test_failure_state_finds_instructive_failures_by_text(graph):
 
 def test_mark_used_records_the_lessons_handed_out(graph):
     teach(graph, "softmax", "rowwise", HW_A, {"BLOCK": 16})
-    r = graph.recall(RecallQuery("softmax", "rowwise", HW_A, "c"))
-    graph.mark_used("r9", "softmax", r)
-    graph.mark_used("r9", "softmax", r)
+    r = recall_from(graph, RecallQuery("softmax", "rowwise", HW_A, "c"))
+    graph.mark_used("r9", "softmax", [lesson.id for lesson in r.lessons])
+    graph.mark_used("r9", "softmax", [lesson.id for lesson in r.lessons])
     edges = graph.rows("SELECT * FROM edges WHERE rel = 'used_in_context'")
     assert [(e["src_id"], e["dst_id"], e["note"]) for e in edges] == [(str(r.lessons[0].id), "r9", "softmax")]
     assert graph.one("SELECT handed_out FROM lesson_summary")["handed_out"] == 1
@@ -234,10 +234,12 @@ def test_budget_holds_in_a_graph_of_5000_lessons(graph):
         graph.db["lessons"].insert_all(rows)
     teach(graph, "op3", "fam3", HW_A, {"BLOCK": 16}, speedup=3.0)
 
-    counted = graph.recall(
-        RecallQuery("op3", "fam3", HW_A, "c", state="failing with mismatch in the tail", max_items=12)
+    counted = recall_from(
+        graph, RecallQuery("op3", "fam3", HW_A, "c", state="failing with mismatch in the tail", max_items=12)
     )
-    budgeted = graph.recall(RecallQuery("op3", "fam3", HW_A, "c", state="correct at 3x", max_tokens=400))
+    budgeted = recall_from(
+        graph, RecallQuery("op3", "fam3", HW_A, "c", state="correct at 3x", max_tokens=400)
+    )
     assert len(counted.lessons) == 12 and len(counted.exemplars) <= 12 and len(counted.seeds()) <= 12
     assert counted.lessons[0].scope == "operator/hardware"
     assert sum(tokens(lesson.line()) + 1 for lesson in budgeted.lessons) <= 400

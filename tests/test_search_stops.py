@@ -9,7 +9,7 @@ from pytest_kope.agents.base import Context, OperatorInfo
 from pytest_kope.agents.tuner import Tuner
 from pytest_kope.candidate import Candidate
 from pytest_kope.judge.outcome import Judged, Outcome, Timing
-from pytest_kope.memory import Graph
+from pytest_kope.memory import Graph, distill, recall_from
 from pytest_kope.memory.recall import RecallQuery
 from pytest_kope.spec import parse_spec
 from pytest_kope.stopping import RunClock, Stop, StopRule
@@ -114,7 +114,7 @@ def teach(graph: Graph, operator: str, family: str, hw: dict, slower: dict[str, 
     graph.record(task, "r0", base)
     for vec in (8, 16):
         graph.record(task, "r0", judged({**slower, "VEC": vec}, 0.5, parent=base.candidate.hash))
-    graph.distill(task, "r0")
+    distill(graph, task, "r0")
     return base
 
 
@@ -129,7 +129,9 @@ def context(graph: Graph, operator: str = "rowsum", family: str = "rowwise", hw:
     info = OperatorInfo(operator, family, "c", "rowsum.c", SRC, spec.space, spec.kernels)
 
     def recall(state: str = "", budget: int = 12, points: bool = False):
-        return graph.recall(RecallQuery(operator, family, hw, "c", state, max_items=budget, points=points))
+        return recall_from(
+            graph, RecallQuery(operator, family, hw, "c", state, max_items=budget, points=points)
+        )
 
     return Context(info, hw, base, base, [], 24, recall, lambda h: graph.lookup(task, h) is not None)
 
@@ -138,7 +140,7 @@ def test_a_value_lessons_mark_losing_is_still_tried_but_ranked_last_by_the_graph
     base = teach(graph, "rowsum", "rowwise", HW, {"THREADS": 2})
     task = graph.task_id("rowsum", "rowwise", "c", HW)
     graph.record(task, "r0", judged({"THREADS": 1, "VEC": 8}, 1.0, parent=base.candidate.hash))
-    graph.distill(task, "r0")  # VEC=8 alone changes nothing: the loss was THREADS=2's
+    distill(graph, task, "r0")  # VEC=8 alone changes nothing: the loss was THREADS=2's
     (lesson,) = [r for r in graph.lessons() if r["key"] == "THREADS=2"]
     assert lesson["uses"] == 2 and lesson["wins"] == 0 and "against THREADS=1" in lesson["text"]
     assert lesson["text"].startswith("THREADS=2: 0.5")

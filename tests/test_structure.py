@@ -1,7 +1,8 @@
 """The shape of the package: lower floors never import higher ones, so no import circle exists.
 
-Every import counts, lazy ones inside functions included (a lazy import only hides a circle); imports
-under `if TYPE_CHECKING:` do not, since they never run.
+Every import counts, lazy ones inside functions included (a lazy import only hides a circle), and imports
+under `if TYPE_CHECKING:` too: they never run, but a circle of types is still a circle of ideas, two
+modules that cannot be read or changed apart.
 """
 
 from __future__ import annotations
@@ -12,19 +13,19 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "pytest_kope"
 
 
-def _module(path: Path) -> str:
-    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+def _module(path: Path, root: Path = PACKAGE) -> str:
+    parts = list(path.relative_to(root.parent).with_suffix("").parts)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
 class _Imports(ast.NodeVisitor):
     """The package's modules one module imports (`package` is the module's own package)."""
 
-    def __init__(self, package: str, modules: set[str]):
-        self.package, self.modules, self.found = package, modules, set()
+    def __init__(self, package: str, modules: set[str], typing: bool):
+        self.package, self.modules, self.typing, self.found = package, modules, typing, set()
 
     def visit_If(self, node: ast.If) -> None:
-        if "TYPE_CHECKING" not in ast.unparse(node.test):
+        if self.typing or "TYPE_CHECKING" not in ast.unparse(node.test):
             self.generic_visit(node)
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
@@ -41,12 +42,13 @@ class _Imports(ast.NodeVisitor):
         self.found.update(alias.name for alias in node.names)
 
 
-def import_graph() -> dict[str, set[str]]:
-    modules = {_module(p): p for p in PACKAGE.rglob("*.py")}
+def import_graph(typing: bool = True, root: Path = PACKAGE) -> dict[str, set[str]]:
+    """Which of the package's modules each module imports (`typing`: `if TYPE_CHECKING:` ones too)."""
+    modules = {_module(p, root): p for p in root.rglob("*.py")}
     graph: dict[str, set[str]] = {}
     for name, path in modules.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        visitor = _Imports(package, set(modules))
+        visitor = _Imports(package, set(modules), typing)
         visitor.visit(ast.parse(path.read_text()))
         graph[name] = {m for m in visitor.found if m in modules and m != name}
     return graph
@@ -85,7 +87,22 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def test_no_import_cycle():
-    assert cycles(import_graph()) == []
+    assert cycles(import_graph(typing=False)) == []
+
+
+def test_no_import_cycle_through_typing_only_imports():
+    assert cycles(import_graph(typing=True)) == []
+
+
+def test_the_graph_sees_a_circle_made_only_of_typing_imports(tmp_path: Path):
+    """Without this, a graph that skipped `if TYPE_CHECKING:` blocks would pass the test above."""
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from . import b\n")
+    (pkg / "b.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .a import X\n")
+    assert cycles(import_graph(typing=True, root=pkg)) == [["pkg.a", "pkg.b"]]
+    assert cycles(import_graph(typing=False, root=pkg)) == []
 
 
 def test_the_cycle_finder_finds_one():

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..candidate import Candidate
 from ..judge.outcome import Judged, Outcome, Timing
+from ..memory import distill, recall_from
 from ..memory.recall import RecallQuery
 from ..spec import parse_spec
 from ..stopping import StopRule
@@ -183,7 +184,7 @@ def run_search(
             if graph is not None and task is not None:
                 graph.record(task, run_id, j)
         if graph is not None and task is not None:
-            graph.distill(task, run_id)
+            distill(graph, task, run_id)
         history += verdicts
         judged.update(j.candidate.hash for j in verdicts)
         agent.observe(ctx, verdicts)
@@ -197,7 +198,7 @@ def _recaller(graph: Graph | None, info: OperatorInfo, hardware: dict[str, Any])
         query = RecallQuery(
             info.name, info.family, hardware, info.toolchain, state, max_items=budget, points=points
         )
-        return graph.recall(query)
+        return recall_from(graph, query)
 
     return recall
 

@@ -10,7 +10,7 @@ import hashlib
 import json
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..candidate import Candidate
 from ..hardware import fingerprint_id
@@ -19,9 +19,6 @@ from .observe import observations_of, token_counts
 from .rows import CORRECT, expand_attempt, new_id, now, writing  # noqa: F401 - CORRECT, now re-exported
 from .schema import EDGE_RELATIONS, open_database
 from .scope import hardware_row
-
-if TYPE_CHECKING:
-    from .recall import Recall, RecallQuery
 
 
 def text_hash(text: str) -> str:
@@ -325,23 +322,12 @@ class Graph:
 
     # -- learning and recall ------------------------------------------------------------------------
 
-    def distill(self, task_id: int, run_id: str) -> list[int]:
-        """Lessons from this run's not yet distilled attempts of the task; returns the lesson ids."""
-        from .lessons import distill
-
-        return distill(self, task_id, run_id)
-
-    def recall(self, query: RecallQuery) -> Recall:
-        from .recall import recall
-
-        return recall(self, query)
-
-    def mark_used(self, run_id: str, operator: str, recall: Recall) -> None:
+    def mark_used(self, run_id: str, operator: str, lesson_ids: list[int]) -> None:
         """Remember which lessons were handed to the agent (used_in_context edges)."""
         with writing(self.db):
             self._ensure_run(run_id)
-            for lesson in recall.lessons:
-                self.edge("lesson", lesson.id, "used_in_context", "run", run_id, note=operator)
+            for lesson in lesson_ids:
+                self.edge("lesson", lesson, "used_in_context", "run", run_id, note=operator)
 
     def lessons(self, operator: str | None = None, limit: int | None = None) -> list[dict[str, Any]]:
         """Lessons, most valuable first (value, then evidence)."""
@@ -378,16 +364,6 @@ class Graph:
                 )
             ],
         }
-
-    def export_jsonl(self, path: Path | str) -> int:
-        from .exchange import export_jsonl
-
-        return export_jsonl(self, path)
-
-    def import_jsonl(self, path: Path | str) -> dict[str, int]:
-        from .exchange import import_jsonl
-
-        return import_jsonl(self, path)
 
     def iter_rows(self, table: str, order: str = "rowid") -> Iterator[dict[str, Any]]:
         yield from self.db.query(f"SELECT * FROM [{table}] ORDER BY {order}")

@@ -164,7 +164,7 @@ def fts_query(state: str) -> str:
     return " OR ".join(f'"{w}"' for w in dict.fromkeys(words))
 
 
-def recall(graph: Graph, query: RecallQuery) -> Recall:
+def recall_from(graph: Graph, query: RecallQuery) -> Recall:
     """The lessons and attempts most relevant to the query, within its budget."""
     hw_id = fingerprint_id(query.hardware)
     arch = hardware_row(query.hardware)["arch"]
@@ -383,4 +383,4 @@ def _with_sources(graph: Graph, exemplars: list[dict[str, Any]], budget: int) ->
     return kept
 
 
-__all__ = ["Recall", "RecallQuery", "RecalledLesson", "hardware_label", "recall", "tokens"]
+__all__ = ["Recall", "RecallQuery", "RecalledLesson", "hardware_label", "recall_from", "tokens"]

@@ -1,6 +1,6 @@
 """The end of one operator: verify the incumbent, commit a verified winner to `kope/<op>` (the
-toolchain bakes the winning values into the source, review/publish.py and review/vcs.py commit and push it), and
-sum the operator up for the report.
+toolchain bakes the winning values into the source, review/publish.py and review/vcs.py commit and push
+it), and sum the operator up for the report.
 """
 
 from __future__ import annotations
@@ -8,23 +8,41 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..judge.controller import plaincheck
 from ..judge.outcome import Outcome
 from ..memory.observe import last_committed
 from ..review import report
 from .decide import verify
+from .progress import Progress
 
 FALLBACKS = 2  # runners-up verified at most, when winners are found incorrect in verification
 
 if TYPE_CHECKING:
+    from ..judge.controller.runner import Judge, Plan
     from ..judge.outcome import Judged
-    from .loop import OperatorLoop, Progress
-    from .session import KopeSession
+    from ..operator import Operator
+    from ..toolchains.base import Toolchain
+    from .run import Run
 
 
-def conclude(s: KopeSession, loop: OperatorLoop, p: Progress, seconds: float) -> dict[str, Any]:
+class Operand(Protocol):
+    """What the end of an operator needs of its loop (`loop.OperatorLoop`), and no more."""
+
+    op: Operator
+    task: int
+    judge: Judge
+    plan: Plan
+    tc: Toolchain
+    hw: dict[str, Any]
+
+    def say(self, line: str, red: bool = False) -> None: ...
+
+    def fault(self, j: Judged) -> None: ...
+
+
+def conclude(s: Run, loop: Operand, p: Progress, seconds: float) -> dict[str, Any]:
     """Verify and commit the incumbent (if it is not the baseline); the operator's summary."""
     op = loop.op
     verified: Judged | None = None
@@ -83,7 +101,7 @@ def conclude(s: KopeSession, loop: OperatorLoop, p: Progress, seconds: float) ->
 
 
 def _verify_committed(
-    s: KopeSession, loop: OperatorLoop, p: Progress, extra: dict[str, Any]
+    s: Run, loop: Operand, p: Progress, extra: dict[str, Any]
 ) -> tuple[Judged | None, str, str]:
     """(verified winner, the file to commit, note). The toolchain writes the winning values into the
     source (`Toolchain.bake`), and that file, the one a merge delivers, is what the fresh processes
@@ -120,7 +138,7 @@ def _machine_busy(judged: list[Judged]) -> dict[str, Any] | None:
 
 
 def _verify_or_runner_up(
-    s: KopeSession, loop: OperatorLoop, p: Progress, extra: dict[str, Any]
+    s: Run, loop: Operand, p: Progress, extra: dict[str, Any]
 ) -> tuple[Judged | None, str, str]:
     """`_verify_committed`; when the winner is found wrong on inputs it had never seen (drawn calls
     land in a narrow band of a cheat only in some runs), the runner-up is verified in its place."""

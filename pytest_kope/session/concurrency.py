@@ -8,78 +8,88 @@ scheduler.py; this module is the session's side of them.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import queue
+import threading
+from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..agents.base import declared
+import pytest
+
+from ..agents.base import Agent, declared
 from ..errors import ConfigError, KopeError
 from ..judge.controller.executors import NodeReservation
 from ..judge.controller.runner import Plan
 from ..judge.outcome import Judged
 from ..scheduler import OneAtATime
+from ..settings import Settings
 from ..toolchains import toolchain_of
-from .ceilings import measure_ceilings
+from .ceilings import CeilingProbe, measure_ceilings
 
 if TYPE_CHECKING:
-    from .session import KopeSession, OperatorRun
+    from ..memory import Graph
+    from ..review.publish import Publisher
 
 
 class Concurrency:
     """The run's executor, node reservation, shared timing slots and infrastructure faults."""
 
-    def __init__(self, s: KopeSession):
-        self.s = s
+    def __init__(self, settings: Settings):
+        self.settings = settings
         self.executor: Any = None  # a judge/executors.Executor; None judges on this machine
-        self.node = NodeReservation() if s.settings.concurrency > 1 else None
+        self.node = NodeReservation() if settings.concurrency > 1 else None
         self.timing_slots: dict[tuple[int, ...], queue.Queue[int | None]] = {}
         self.faults: dict[str, list[str]] = {}  # operator -> judgements lost to the machinery
-        self.agents: list[Any] = []  # each operator's own agent under --kope-concurrency
+        self.agents: list[Agent] = []  # each operator's own agent under --kope-concurrency
+        self.lock = threading.Lock()
+        self.say: Callable[..., None] = lambda line, red=False: None
 
     @property
     def many(self) -> bool:
         """Whether operators run at once (in threads of their own)."""
-        return self.s.settings.concurrency > 1
+        return self.settings.concurrency > 1
 
-    def start(self) -> None:
+    def start(
+        self, graph: Graph, publisher: Publisher, home: Path, say: Callable[..., None]
+    ) -> tuple[Settings, Graph, Publisher]:
         """Connect to Ray for `--kope-executor ray`; with operators at once, the graph and the
-        publisher take calls one at a time (the controller stays their only writer)."""
+        publisher take calls one at a time (the controller stays their only writer). Returns the
+        settings (the cluster's cores as correctness workers), graph and publisher the run uses."""
         from ..judge.controller.ray_executor import make_executor
 
-        s = self.s
+        s, self.say = self.settings, say
         if self.many:
-            s.graph = OneAtATime(s.graph)  # type: ignore[assignment]
-            s.publisher = OneAtATime(s.publisher)  # type: ignore[assignment]
-        self.executor = make_executor(s.settings.executor, s.home, ship=s.settings.ray_repo == "ship")
+            graph = OneAtATime(graph)  # type: ignore[assignment]
+            publisher = OneAtATime(publisher)  # type: ignore[assignment]
+        self.executor = make_executor(s.executor, home, ship=s.ray_repo == "ship")
         if self.executor is not None:
             self.node = None  # the executor reserves nodes and devices (Ray resources)
-            if not s.settings.jobs_given:  # correctness workers: the cluster's cores
-                s.settings = dataclasses.replace(s.settings, jobs=self.executor.cpus())
-            s.say(f"kope: executor {self.executor.describe()}")
+            if not s.jobs_given:  # correctness workers: the cluster's cores
+                s = self.settings = dataclasses.replace(s, jobs=self.executor.cpus())
+            say(f"kope: executor {self.executor.describe()}")
         if self.many:
-            s.say(f"kope: {s.settings.concurrency} operators at once, each with its own budget")
+            say(f"kope: {s.concurrency} operators at once, each with its own budget")
+        return s, graph, publisher
 
-    def view(self) -> KopeSession:
-        """The session as one operator sees it. Under --kope-concurrency: its own agent (an agent's
-        search state is per operator), and the same graph, publisher, clock, terminal and executor."""
-        s = self.s
+    def own_agent(self, config: pytest.Config, agent: Agent) -> Agent:
+        """The agent one operator uses. Under --kope-concurrency a new one of the same kind (an agent's
+        search state is per operator), reporting to the same sinks; otherwise the run's."""
         if not self.many:
-            return s
-        view = copy.copy(s)
-        made = s.config.hook.pytest_kope_make_agent(name=s.settings.agent, config=s.config)
-        view.agent = declared(made, s.settings.agent)
-        view.agent.graph_sink, view.agent.prompt_sink = s.agent.graph_sink, s.agent.prompt_sink
-        self.agents.append(view.agent)
-        return view
+            return agent
+        made = config.hook.pytest_kope_make_agent(name=self.settings.agent, config=config)
+        own = declared(made, self.settings.agent)
+        own.graph_sink, own.prompt_sink = agent.graph_sink, agent.prompt_sink
+        self.agents.append(own)
+        return own
 
-    def measure_ceilings_once(self, runs: list[OperatorRun]) -> None:
+    def measure_ceilings_once(self, probe: CeilingProbe, config: pytest.Config, toolchains: set[str]) -> None:
         """The machine's ceilings, measured before the operators start at once (never twice at a time)."""
         if not self.many:
             return
-        for name in sorted({run.op.toolchain for run in runs}):
+        for name in sorted(toolchains):
             try:
-                measure_ceilings(self.s, toolchain_of(self.s.config, name))
+                measure_ceilings(probe, toolchain_of(config, name))
             except Exception:  # noqa: BLE001 - the operator that needs it meets the same error and says it
                 pass
 
@@ -93,7 +103,7 @@ class Concurrency:
             except ConfigError as e:  # this operator cannot be judged there; the others go on
                 raise KopeError(str(e)) from None
         elif self.many:  # one device (or the CPU) times one operator's candidate at a time
-            with self.s.output:
+            with self.lock:
                 if plan.devices not in self.timing_slots:
                     slots: queue.Queue[int | None] = queue.Queue()
                     for device in plan.devices or (None,):
@@ -104,11 +114,11 @@ class Concurrency:
     def fault(self, operator: str, j: Judged) -> None:
         """A judgement lost to the machinery: reported, never recorded as the candidate's verdict."""
         self.faults.setdefault(operator, []).append(f"{j.candidate.short}: {j.fault}")
-        self.s.say(
+        self.say(
             f"kope {operator}: infrastructure fault, {j.candidate.short} not judged: {j.fault}", red=True
         )
 
-    def close(self, main_agent: Any) -> dict[str, Any]:
+    def close(self, main_agent: Agent) -> dict[str, Any]:
         """Close every agent and the executor; the agents' usage summed."""
         agents = [main_agent, *self.agents]
         usage = total_usage(agents)
@@ -119,7 +129,7 @@ class Concurrency:
         return usage
 
 
-def total_usage(agents: list[Any]) -> dict[str, Any]:
+def total_usage(agents: list[Agent]) -> dict[str, Any]:
     """The agents' usage summed (one agent per operator under --kope-concurrency): numbers add up,
     lists (faults, retries, notes) join, dicts (per_operator) merge, anything else is the first agent's."""
     total: dict[str, Any] = {}

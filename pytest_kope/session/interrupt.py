@@ -30,7 +30,7 @@ from ..stopping import Stop, stopped
 
 if TYPE_CHECKING:
     from .loop import OperatorLoop
-    from .session import OperatorRun
+    from .run import OperatorRun
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 

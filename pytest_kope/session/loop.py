@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +21,7 @@ from ..errors import BaselineBroken, InfrastructureFault, KopeError, SpecError
 from ..judge.controller import sandbox
 from ..judge.controller.runner import Judge, Plan
 from ..judge.outcome import Judged, Outcome
+from ..memory import distill, recall_from
 from ..operator import is_performance_test
 from ..settings import SEED
 from ..spec import FLAGS, parse_spec
@@ -30,13 +31,14 @@ from ..toolchains.base import Toolchain, judging_env
 from .ceilings import measure_ceilings, remeasured_ceilings
 from .commit import conclude
 from .decide import judge_batch
+from .progress import Progress
 
 if TYPE_CHECKING:
     from ..memory.recall import Recall
-    from .session import KopeSession, OperatorRun
+    from .run import OperatorRun, Run
 
 
-def plan_for(s: KopeSession, run: OperatorRun) -> tuple[Plan, Toolchain]:
+def plan_for(s: Run, run: OperatorRun) -> tuple[Plan, Toolchain]:
     """What the judge needs to know of one operator: its tests, limits, devices and ceilings."""
     op = run.op
     tc = toolchain_of(s.config, op.toolchain)
@@ -65,7 +67,7 @@ def plan_for(s: KopeSession, run: OperatorRun) -> tuple[Plan, Toolchain]:
         s.run_dir / op.name,
         devices if devices is not None else tuple(range(tc.count_devices())),
         tuple(s.config.getini("kope_plugins")),
-        measure_ceilings(s, tc),
+        measure_ceilings(s.ceilings, tc),
         fork_server=s.settings.fork_server,
         min_gain=s.settings.min_gain,
         device_env_var=tc.device_env_var,
@@ -76,7 +78,7 @@ def plan_for(s: KopeSession, run: OperatorRun) -> tuple[Plan, Toolchain]:
     return plan, tc
 
 
-def _nodeid(s: KopeSession, item: pytest.Item) -> str:
+def _nodeid(s: Run, item: pytest.Item) -> str:
     """The item's id as a judging child rooted at the run's home sees it (pytest's when they agree)."""
     if s.home == Path(str(s.config.rootpath)).resolve():
         return item.nodeid
@@ -95,38 +97,15 @@ def _declares_knobs(judged: Judged) -> bool:
         return False
 
 
-@dataclass
-class Progress:
-    """One operator's search so far: what resuming and the search loop update."""
-
-    baseline: Judged
-    rule: StopRule
-    incumbent: Judged = None  # type: ignore[assignment]  # the baseline until something beats it
-    history: list[Judged] = field(default_factory=list)
-    best_at: int = 0  # the evaluation that found the incumbent
-    started: float = field(default_factory=time.monotonic)  # for the evaluations per minute
-
-    def __post_init__(self) -> None:
-        self.incumbent = self.incumbent or self.baseline
-
-    def judged(self, batch: list[Judged], seconds: float) -> None:
-        """A judged batch: the stop rule counts it; a candidate crowned BETTER is the new incumbent."""
-        self.rule.record([j.outcome == Outcome.BETTER for j in batch], seconds)
-        for i, j in enumerate(batch, self.rule.evaluations - len(batch) + 1):
-            self.history.append(j)
-            if j.outcome == Outcome.BETTER:
-                self.incumbent, self.best_at = j, i
-
-
 class OperatorLoop:
     """One operator from baseline to summary; `run()` returns its summary for the report."""
 
-    def __init__(self, s: KopeSession, run: OperatorRun, slot: Slot | None):
+    def __init__(self, s: Run, run: OperatorRun, slot: Slot | None):
         self.s, self.op, self.slot = s, run.op, slot
         self.started = time.monotonic()
         self.plan, self.tc = plan_for(s, run)
         self.judge = Judge(self.plan, self.tc.screen)
-        self.judge.remeasure = lambda: remeasured_ceilings(s, self.tc)
+        self.judge.remeasure = lambda: remeasured_ceilings(s.ceilings, self.tc)
         self.timer = self.tc.timer()
         self.can_time = self.timer.can_time and bool(self.plan.performance)
         self.hw = self.tc.fingerprint()
@@ -327,7 +306,7 @@ class OperatorLoop:
             if not judged:  # the whole batch was lost to the machinery: the cluster is gone
                 p.rule.stop(Stop.ERROR, f"infrastructure: {len(batch)} judgement(s) lost in a row")
                 continue
-            s.graph.distill(self.task, s.run_id)
+            distill(s.graph, self.task, s.run_id)
             for a in agents:
                 a.observe(ctx, judged)
             self._progress_line(p)
@@ -374,8 +353,8 @@ class OperatorLoop:
                 max_tokens=budget if budget > 100 else None,
                 points=points,  # past attempts' params and speedups, for the tuner's effect model
             )
-            result = graph.recall(query)
-            graph.mark_used(run_id, op.name, result)
+            result = recall_from(graph, query)
+            graph.mark_used(run_id, op.name, [lesson.id for lesson in result.lessons])
             return result
 
         return recall

@@ -12,7 +12,7 @@ import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import Generator
-from dataclasses import dataclass, field
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,7 @@ from ..errors import ConfigError, Interrupted, KopeError
 from ..hardware import label
 from ..judge.controller import sandbox
 from ..memory.opening import GraphGuard
-from ..operator import Operator, operator_of, same_operator
+from ..operator import operator_of, same_operator
 from ..paths import ensure_kope_dir, kope_home
 from ..review import report, report_formats
 from ..scheduler import each
@@ -32,19 +32,12 @@ from ..settings import Settings
 from ..stopping import RunClock, Slot, Stop, stopped
 from ..toolchains import toolchain_of
 from .border import border
+from .ceilings import CeilingProbe
 from .concurrency import Concurrency
 from .interrupt import Interruption, interrupted_summary, not_started
 from .loop import OperatorLoop
+from .run import OperatorRun, Run
 from .runlock import RunLock, say_others
-
-
-@dataclass
-class OperatorRun:
-    """One operator of the run: its collected test items, then its summary for the report."""
-
-    op: Operator
-    items: list[pytest.Item]
-    summary: dict[str, Any] = field(default_factory=dict)
 
 
 class KopeSession:
@@ -59,18 +52,11 @@ class KopeSession:
         self.since_line = ""
         self.operators: OrderedDict[str, OperatorRun] = OrderedDict()
         self.tw: Any = None
-        self.ceilings_measured = False  # the physics probe runs again once a run: ceilings only rise
-        self.ceilings_remeasured = False  # and once more before a `suspect` verdict stands
-        self.probing = threading.Lock()  # operators at once: one probe at a time
         self.output = threading.Lock()  # operators at once write whole lines to the terminal
-        self.concurrency = Concurrency(self)  # the executor, and operators at once (concurrency.py)
+        self.concurrency = Concurrency(self.settings)  # the executor, operators at once (concurrency.py)
         self.run_lock: RunLock | None = None  # this repo's one optimize run at a time (runlock.py)
         self.interruption = Interruption(None)  # Ctrl-C and SIGTERM (interrupt.py)
         self.graph_guard = GraphGuard(self.say)  # a damaged graph moved aside; SQLite errors in one line
-
-    def batch(self) -> int:
-        """Candidates per round: enough to keep every correctness worker busy twice."""
-        return max(2, self.settings.jobs * 2)
 
     def say(self, line: str, red: bool = False) -> None:
         if self.tw is not None:
@@ -163,7 +149,7 @@ class KopeSession:
             self._start()
         from ..doctor import check
 
-        session.testsfailed = check(self)
+        session.testsfailed = check(self.run, list(self.operators.values()))
         self.graph.close()
         return True
 
@@ -179,7 +165,8 @@ class KopeSession:
             return
         runs = list(self.operators.values())
         try:
-            self.concurrency.measure_ceilings_once(runs)
+            toolchains = {run.op.toolchain for run in runs}
+            self.concurrency.measure_ceilings_once(self.run.ceilings, self.config, toolchains)
             each(runs, self._operator, self.settings.concurrency)
         except Interrupted:
             pass  # each operator's summary says where the interruption found it
@@ -226,7 +213,8 @@ class KopeSession:
         loop = None
         try:
             with self.graph_guard.failing():
-                loop = OperatorLoop(self.concurrency.view(), run, slot)
+                own = replace(self.run, agent=self.concurrency.own_agent(self.config, self.run.agent))
+                loop = OperatorLoop(own, run, slot)
                 run.summary = loop.run()
         except Interrupted:
             run.summary = interrupted_summary(name, loop)
@@ -282,6 +270,24 @@ class KopeSession:
             self.run_id, op, model, used
         )
         self.agent.prompt_sink = lambda made: write(self.run_dir, made)
+        self.run = Run(
+            config=self.config,
+            run_id=self.run_id,
+            settings=self.settings,
+            clock=self.clock,
+            home=self.home,
+            kope_base=self.kope_base,
+            run_dir=self.run_dir,
+            graph=self.graph,
+            vcs=self.vcs,
+            no_commit_why=self.no_commit_why,
+            publisher=self.publisher,
+            agent=self.agent,
+            explore_rate=self.explore_rate,
+            concurrency=self.concurrency,
+            ceilings=CeilingProbe(self.graph, self.kope_base / "builds", self.say),
+            say=self.say,
+        )
 
     def _open_store(self) -> None:
         """The run's home, `.kope/`, the graph, the run folder, git and the publisher."""
@@ -312,7 +318,9 @@ class KopeSession:
                 self.say(f"kope: removed a worktree a killed run left behind: {path}")
         self.publisher = Publisher(self.config, self.vcs, self.run_id, s.prefix, self.run_dir, self.graph)
         self.publisher.say = self.say
-        self.concurrency.start()
+        self.settings, self.graph, self.publisher = self.concurrency.start(
+            self.graph, self.publisher, home, self.say
+        )
 
     def _toolchains(self) -> None:
         """Which toolchains work here, and why not (for the report)."""
