@@ -105,13 +105,13 @@ def plans(repo: Path, names: list[str] | None) -> list[Plan]:
         files = sorted({Path(str(i.path)) for i in items})
         out.append(
             Plan(
-                op,
-                repo,
-                repo / "pytest.ini",
-                files,
-                correctness,
-                performance,
-                judging_env(tc),
+                operator=op,
+                rootdir=repo,
+                inifile=repo / "pytest.ini",
+                files=files,
+                correctness=correctness,
+                performance=performance,
+                toolchain_env=judging_env(tc),
             )
         )
     return out

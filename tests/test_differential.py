@@ -81,14 +81,14 @@ def _repo(tmp_path: Path, source: str, text: str, tests: str) -> Plan:
     op = Operator("softmax", tmp_path / source, toolchain, "rowwise")
     env = {"TRITON_INTERPRET": "1"} if toolchain == "triton" else {"OMP_WAIT_POLICY": "passive"}
     return Plan(
-        op,
-        tmp_path,
-        tmp_path / "pytest.ini",
-        [tmp_path / "test_softmax.py"],
-        IDS,
-        [],
-        env,
-        sandbox.Limits(wall_s=120),
+        operator=op,
+        rootdir=tmp_path,
+        inifile=tmp_path / "pytest.ini",
+        files=[tmp_path / "test_softmax.py"],
+        correctness=IDS,
+        performance=[],
+        toolchain_env=env,
+        limits=sandbox.Limits(wall_s=120),
         seeds=2,
         jobs=2,
         keep=tmp_path / "logs",  # each child's log, for the failure messages
@@ -172,7 +172,15 @@ def test_an_all_zero_output_is_judged_at_the_inputs_resolution_not_as_exact(tmp_
     op = Operator("relu", tmp_path / "relu.c", "c", "elementwise")
     ids = ["test_relu.py::test_one_negative_value"]
     env = {"OMP_WAIT_POLICY": "passive"}
-    plan = Plan(op, tmp_path, tmp_path / "pytest.ini", [tmp_path / "test_relu.py"], ids, [], env)
+    plan = Plan(
+        operator=op,
+        rootdir=tmp_path,
+        inifile=tmp_path / "pytest.ini",
+        files=[tmp_path / "test_relu.py"],
+        correctness=ids,
+        performance=[],
+        toolchain_env=env,
+    )
     judge = Judge(plan, lambda c: [])
     try:
         assert judge.baseline(plan.operator.baseline()).outcome == Outcome.OK

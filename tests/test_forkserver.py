@@ -117,7 +117,15 @@ def _plan(tmp_path: Path, jobs: int = 1, tests: str = TESTS) -> Plan:
     # the library screen would refuse fork/open/kill: switched off to test the next layers
     env = {"OMP_WAIT_POLICY": "passive", "KOPE_C_SCREEN_BINARY": "0"}
     ids = ["test_scale.py::test_scale[3]", "test_scale.py::test_scale[1000]"]
-    plan = Plan(op, tmp_path, tmp_path / "pytest.ini", [tmp_path / "test_scale.py"], ids, [], env)
+    plan = Plan(
+        operator=op,
+        rootdir=tmp_path,
+        inifile=tmp_path / "pytest.ini",
+        files=[tmp_path / "test_scale.py"],
+        correctness=ids,
+        performance=[],
+        toolchain_env=env,
+    )
     plan.performance, plan.jobs, plan.keep = ["test_scale.py::test_scale_perf"], jobs, tmp_path / "kept"
     return plan
 

@@ -43,7 +43,12 @@ def rowsum_plan(tmp_path: Path, ceilings: dict[str, Any]) -> Plan:
     op = Operator("rowsum", tmp_path / "rowsum" / "rowsum.c", "c", "rowwise", flops=(("*", "rows*(cols-1)"),))
     ids = [f"rowsum/test_rowsum.py::test_rowsum_matches_reference[{s}]" for s in ("1x1", "256x1000")]
     plan = Plan(
-        op, tmp_path, tmp_path / "pytest.ini", [test], ids, ["rowsum/test_rowsum.py::test_rowsum_perf"]
+        operator=op,
+        rootdir=tmp_path,
+        inifile=tmp_path / "pytest.ini",
+        files=[test],
+        correctness=ids,
+        performance=["rowsum/test_rowsum.py::test_rowsum_perf"],
     )
     plan.toolchain_env, plan.limits, plan.jobs = {"OMP_WAIT_POLICY": "passive"}, sandbox.Limits(wall_s=120), 1
     plan.ceilings, plan.keep = ceilings, tmp_path / "kept"

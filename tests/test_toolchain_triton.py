@@ -246,14 +246,14 @@ def test_a_candidates_children_share_its_jit_cache_and_the_verification_compiles
     (tmp_path / "pytest.ini").write_text("[pytest]\nfilterwarnings = error\n")
     op = Operator("softmax", tmp_path / "softmax.py", "triton", "rowwise")
     plan = Plan(
-        op,
-        tmp_path,
-        tmp_path / "pytest.ini",
-        [tmp_path / "test_jit.py"],
-        ["test_jit.py::test_softmax_and_the_jit_cache"],
-        [],
-        dict(TritonToolchain().environment()),
-        sandbox.Limits(wall_s=120, device=not ON_CPU),  # RLIMIT_AS would hide the GPU
+        operator=op,
+        rootdir=tmp_path,
+        inifile=tmp_path / "pytest.ini",
+        files=[tmp_path / "test_jit.py"],
+        correctness=["test_jit.py::test_softmax_and_the_jit_cache"],
+        performance=[],
+        toolchain_env=dict(TritonToolchain().environment()),
+        limits=sandbox.Limits(wall_s=120, device=not ON_CPU),  # RLIMIT_AS would hide the GPU
         jit_cache_env=TritonToolchain.jit_cache_env,
     )
     judge = Judge(plan, lambda c: [])

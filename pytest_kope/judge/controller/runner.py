@@ -37,9 +37,9 @@ from .recording import Recording
 from .verdict import interpret  # noqa: F401 - the verdict's old home
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Plan:
-    """What the controller knows of one operator's oracle."""
+    """What the controller knows of one operator's oracle (built by keywords: 24 fields)."""
 
     operator: Operator
     rootdir: Path
