@@ -342,12 +342,12 @@ def test_the_replay_checks_settling_once_for_all_its_calls(tmp_path):
     threads: list = []
     honest, honest_replay = _scale_functions(False, threads)
     _, late_replay = _scale_functions(True, threads)
-    recorder = guards.RECORDER = differential.Recorder()
+    recorder = guards.SWITCHES.recorder = differential.Recorder()
     try:
         for n in (7, 1000):
             honest(np.arange(n, dtype=np.float32), np.empty(n, dtype=np.float32), n)
     finally:
-        guards.RECORDER = None
+        guards.SWITCHES.recorder = None
     assert recorder.write(tmp_path / "recorded") == 2 * len(differential.TRANSFORMS)
     assert differential.replay(tmp_path / "recorded", honest_replay, tmp_path / "honest") == []
     runs = len(differential.TRANSFORMS) - 1 + differential.RACE_REPEATS
@@ -407,12 +407,12 @@ def test_calls_released_together_expose_state_shared_between_calls(tmp_path):
 
     honest, honest_replay = _softmax_functions(tmp_path, C_KERNEL)
     _, racy_replay = _softmax_functions(tmp_path, RACY)
-    recorder = guards.RECORDER = differential.Recorder()
+    recorder = guards.SWITCHES.recorder = differential.Recorder()
     try:
         x = np.random.default_rng(0).standard_normal((10, 4000)).astype(np.float32)
         honest(x, np.empty_like(x), 10, 4000)
     finally:
-        guards.RECORDER = None
+        guards.SWITCHES.recorder = None
     recorder.write(tmp_path / "recorded")
     for k in range(3):
         assert differential.replay(tmp_path / "recorded", honest_replay, tmp_path / f"honest{k}") == []

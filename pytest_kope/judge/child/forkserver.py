@@ -36,11 +36,11 @@ import pytest
 
 from ...candidate import Candidate
 from ...errors import KopeError
-from ...operator import Operator
 from ...settings import SEED
 from ..controller import sandbox
 from ..protocol import sign
-from . import guards, perfinputs
+from ..request import JudgeRequest
+from . import perfinputs
 
 CANDIDATE_SLOT = "kope-candidate"  # the placeholder a judgement binds its candidate into
 PR_SET_DUMPABLE = 4
@@ -104,7 +104,7 @@ class Server:
     def _serve(self, session: pytest.Session, request: dict[str, Any]) -> dict[str, Any]:
         expected = _build_key(session, request) if request["op"] == "build" else None
         if request["op"] == "judge":
-            _record_inputs(session, request["spec"])
+            _record_inputs(session, JudgeRequest.from_json(request["spec"]))
         sys.stdout.flush()
         sys.stderr.flush()
         # Everything alive now is frozen out of the collector: a collection in the child would
@@ -156,12 +156,11 @@ def judge(session: pytest.Session, request: dict[str, Any]) -> int:
     """Run the selected items with the candidate and seeds bound in, as a fresh judging child would."""
     from .plugin import Child
 
-    config, spec = session.config, request["spec"]
-    child = Child(config, spec, key=bytes.fromhex(request["key"]))
+    config, asked = session.config, JudgeRequest.from_json(request["spec"])
+    child = Child(config, asked, key=bytes.fromhex(request["key"]))
     config.pluginmanager.register(child, "kope-child")
-    config.stash[SEED] = int(spec.get("seed") or 1)
-    guards.PROBE = True  # results must follow the data, not the buffers' addresses
-    items = bind(session.items, child.candidate, spec.get("seeds") or [], config.stash[SEED])
+    config.stash[SEED] = asked.seed
+    items = bind(session.items, child.candidate, asked.seeds, config.stash[SEED])
     child.pytest_collection_modifyitems(config, items)
     session.items, session.testscollected = items, len(items)
     child.pytest_sessionstart(session)
@@ -176,14 +175,14 @@ def judge(session: pytest.Session, request: dict[str, Any]) -> int:
     return status
 
 
-def _record_inputs(session: pytest.Session, spec: dict[str, Any]) -> None:
+def _record_inputs(session: pytest.Session, asked: JudgeRequest) -> None:
     """Before a timing child is forked: run each selected perf test's body here once per seed, to
     keep its inputs (`perfinputs`). Requests with fresh-input seeds (correctness) record nothing."""
     from ...operator import base_nodeid, is_performance_test
 
-    if spec.get("seeds") or not spec.get("record_inputs", True):
+    if asked.seeds or not asked.record_inputs:
         return
-    seed, selected = int(spec.get("seed") or 1), set(spec["tests"])
+    seed, selected = asked.seed, set(asked.tests)
     session.config.stash[SEED] = seed  # an item without a kope_seed slot draws from the session's seed
     for item in session.items:
         params = item.callspec.params if hasattr(item, "callspec") else {}
@@ -229,10 +228,10 @@ def build(session: pytest.Session, request: dict[str, Any]) -> int:
     from ...toolchains import toolchain_of
     from .building import build_failure, interface_of
 
-    spec = request["spec"]
-    op, candidate = Operator.from_json(spec["operator"]), Candidate.from_json(spec["candidate"])
+    asked = JudgeRequest.from_json(request["spec"])
+    op, candidate = asked.operator, asked.candidate
     key = bytes.fromhex(request["key"])
-    with open(spec["results"], "a") as out:
+    with open(asked.results, "a") as out:
         try:
             tc: Any = toolchain_of(session.config, candidate.toolchain)  # one that builds ahead (c.py)
             interface = interface_of(op, candidate)
@@ -252,8 +251,8 @@ def _build_key(session: pytest.Session, request: dict[str, Any]) -> tuple[Any, s
     from ...toolchains import toolchain_of
     from .building import interface_of
 
-    spec = request["spec"]
-    op, candidate = Operator.from_json(spec["operator"]), Candidate.from_json(spec["candidate"])
+    asked = JudgeRequest.from_json(request["spec"])
+    op, candidate = asked.operator, asked.candidate
     try:
         tc: Any = toolchain_of(session.config, candidate.toolchain)  # one that builds ahead (c.py)
         return tc, tc.build_key(candidate, interface_of(op, candidate))

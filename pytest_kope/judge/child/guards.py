@@ -8,12 +8,13 @@ returns what it found wrong. Adding a guard is one class and one line in the lis
 - the floating-point control state (x86 MXCSR: rounding, FTZ/DAZ; x87 control word) must be left as
   it was, in the caller's thread and in every other thread (an OpenMP pool);
 - outputs must not change after the call returned (a thread still writing);
-- in a judging child (`PROBE`), a result must follow the data, not the buffer's address: a call with
+- in a judging child (`SWITCHES.probe`), a result must follow the data, not the buffer's address: a call with
   the same shapes as an earlier one is repeated with the earlier inputs copied into this call's
   buffers, and must give the earlier outputs (a cache keyed by pointer returns this call's instead).
 
-A judging child may also set `RECORDER`, which sees each call's inputs and outputs (the differential
-check records the committed kernel's calls this way).
+A judging child may also set `SWITCHES.recorder`, which sees each call's inputs and outputs (the
+differential check records the committed kernel's calls this way). The switches are set once, by the
+child, from its request (`JudgeRequest.guard_switches`); plain runs leave them off.
 """
 
 from __future__ import annotations
@@ -31,13 +32,22 @@ from .. import arrays
 from . import fpstate
 
 SETTLE_S = 0.002
-PROBE = False  # switched on in judging children only: plain runs pay nothing
-# In a correctness child whose differential replay follows, the tests' calls are not waited on one
-# by one (2 ms each, a sixth of a small operator's correctness run): the replay makes the same calls
-# and checks that every output settled, with one wait (`SettleLater`).
-SETTLED_IN_REPLAY = False
 PROBE_MAX_BYTES = 64 << 20  # remember calls up to this size for the address probe
-RECORDER: Callable[[KernelFunction, tuple[Any, ...], dict[int, Any]], None] | None = None
+
+
+@dataclass
+class Switches:
+    """How the guards run in this process: all off in a plain run, which pays nothing for them."""
+
+    probe: bool = False  # a judging child: results must follow the data, not the buffers' addresses
+    # In a correctness child whose differential replay follows, the tests' calls are not waited on one
+    # by one (2 ms each, a sixth of a small operator's correctness run): the replay makes the same calls
+    # and checks that every output settled, with one wait (`SettleLater`).
+    settled_in_replay: bool = False
+    recorder: Callable[[KernelFunction, tuple[Any, ...], dict[int, Any]], None] | None = None
+
+
+SWITCHES = Switches()
 # Wall time inside guarded calls (guards and kernel): what a test body spent beyond it is the test's own
 # code (inputs, references, asserts), which a judging child reports apart from the judge's checks.
 CALLED_S = 0.0
@@ -118,7 +128,7 @@ class OutputsSettled:
         pass
 
     def after(self, call: Call) -> list[str]:
-        if SETTLED_IN_REPLAY:
+        if SWITCHES.settled_in_replay:
             return []
         later = SettleLater()
         later.add(call)
@@ -163,7 +173,7 @@ class AddressProbe:
         pass
 
     def after(self, call: Call) -> list[str]:
-        if not PROBE:
+        if not SWITCHES.probe:
             return []
         fn, values = call.function, call.values
         found = call.arrays
@@ -251,7 +261,7 @@ class GuardedFunction:
 
     def _checked(self, values: tuple[Any, ...]) -> Any:
         call = Call(self.function, values)
-        recorder = RECORDER
+        recorder = SWITCHES.recorder
         inputs = {i: arrays.host_copy(v) for i, a, v in call.arrays if a.role != OUT} if recorder else {}
         active = self.active_guards
         for guard in active:

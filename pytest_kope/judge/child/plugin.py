@@ -1,4 +1,5 @@
-"""The plugin a judging child loads (`-p pytest_kope.judge.child.plugin --kope-child SPEC.json`).
+"""The plugin a judging child loads (`-p pytest_kope.judge.child.plugin --kope-child SPEC.json`, the
+request as `JudgeRequest.to_json` wrote it).
 
 It parametrizes the operator's tests over the candidate (and the seeds), keeps only the tests the
 controller selected, sets the reference kernel for paired timing, records the committed kernel's
@@ -15,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from ...candidate import Candidate
-from ...operator import Operator, base_nodeid, operator_of
+from ...operator import base_nodeid, operator_of
 from ..arrays import DEFAULT_RTOL
 from ..protocol import read_key, sign
+from ..request import JudgeRequest
 from . import guards
 from .guards import GuardedKernel
 
@@ -30,34 +31,33 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 class Child:
     """`key`: the signing key itself, in a forked child (it came through the fork server's request pipe,
-    never the disk); else it is read from the pipe `spec["key_fd"]` names."""
+    never the disk); else it is read from the pipe `request.key_fd` names."""
 
-    def __init__(self, config: pytest.Config, spec: dict[str, Any], key: bytes | None = None):
+    def __init__(self, config: pytest.Config, request: JudgeRequest, key: bytes | None = None):
         self.config = config
-        self.candidate = Candidate.from_json(spec["candidate"])
-        self.reference = Candidate.from_json(spec["reference"]) if spec.get("reference") else None
-        self.selected = set(spec["tests"])
-        self.seeds = spec.get("seeds") or []
-        self.operator = spec["operator"]
-        self.out = open(spec["results"], "a", buffering=1)  # noqa: SIM115 - line-buffered for the whole session
+        self.request = request
+        self.candidate, self.reference, self.op = request.candidate, request.reference, request.operator
+        self.selected = set(request.tests)
+        self.seeds = request.seeds
+        self.out = open(request.results, "a", buffering=1)  # noqa: SIM115 - line-buffered for the whole session
         self.kinds: dict[str, str] = {}
         self.seeds_of: dict[str, int] = {}  # item id -> the seed of its fresh inputs
-        self.key = key if key is not None else read_key(spec.get("key_fd"))
-        self.min_gain = spec.get("min_gain")  # paired timing stops once this gain is decided
-        self.record = Path(spec["record"]) if spec.get("record") else None
-        self.replay = Path(spec["replay"]) if spec.get("replay") else None
-        self.shrink = spec.get("shrink")  # {"key", "oracle"}: shrink one drawn call the candidate fails
-        guards.SETTLED_IN_REPLAY = self.replay is not None
-        self.rtol = float(DEFAULT_RTOL if spec.get("rtol") is None else spec["rtol"])  # 0: exact
-        self.ceilings = spec.get("ceilings")  # this machine's measured bandwidth and FMA ceilings
-        self.recorder = None
+        self.key = key if key is not None else read_key(request.key_fd)
+        self.record = Path(request.record) if request.record else None
+        self.replay = Path(request.replay) if request.replay else None
+        self.rtol = float(DEFAULT_RTOL if request.rtol is None else request.rtol)  # 0: exact
+        self.recorder: Any = None
         self.tests_s = 0.0  # in correctness test bodies, outside guarded calls: the tests' own code
-        if self.record is not None:
+        switches = request.guard_switches()
+        if switches["record"]:
             from ... import oracle
             from .differential import Recorder
 
-            self.recorder = guards.RECORDER = Recorder()
+            self.recorder = Recorder()
             oracle.ASSERTED = []  # the committed kernel's tests: their tolerances are the repo's bar
+        guards.SWITCHES = guards.Switches(
+            probe=switches["probe"], settled_in_replay=switches["settled_in_replay"], recorder=self.recorder
+        )
 
     def emit(self, **event: Any) -> None:
         if self.out.closed:  # after `done`: nothing the controller reads can follow it
@@ -103,16 +103,12 @@ class Child:
         bench = _bench_session(self.config)
         bench.reference = build_cached(self.config, self.op, self.reference)
         bench.rtol = self.rtol
-        bench.min_gain = self.min_gain
+        bench.min_gain = self.request.min_gain  # paired timing stops once this gain is decided
         bench.flops = dict(self.op.flops)
-        if self.ceilings:
+        if self.request.ceilings:  # this machine's measured bandwidth and FMA ceilings
             from ..measure.physics import Ceilings
 
-            bench.physics = Ceilings.from_json(self.ceilings)
-
-    @property
-    def op(self) -> Operator:
-        return Operator.from_json(self.operator)
+            bench.physics = Ceilings.from_json(self.request.ceilings)
 
     def pytest_runtest_logstart(self, nodeid: str) -> None:
         self.emit(event="start", test=base_nodeid(nodeid))
@@ -175,10 +171,10 @@ class Child:
         if self.recorder is not None and self.record is not None:
             from ... import oracle
 
-            guards.RECORDER = None
+            guards.SWITCHES.recorder = None
             asserted = [max(pair) for pair in zip(*oracle.ASSERTED, strict=True)] if oracle.ASSERTED else None
             self.emit(event="recorded", count=self.recorder.write(self.record), asserted=asserted)
-        if self.shrink is not None and self.replay is not None and not FAILED_BUILDS:
+        if self.request.shrink is not None and self.replay is not None and not FAILED_BUILDS:
             self._shrink(session)
         elif self.replay is not None and not FAILED_BUILDS:  # even after a failure: it may be the test's
             self._replay()
@@ -214,15 +210,16 @@ class Child:
     def _shrink(self, session: pytest.Session) -> None:
         """Shrink a drawn call the controller found the candidate wrong on (`draws.shrink`): the
         minimal input for its failure message. Runs no test, so pytest's "no tests" is no failure."""
-        assert self.replay is not None and self.shrink is not None  # called only in that case
+        request = self.request
+        assert self.replay is not None and request.shrink is not None  # called only in that case
         from .building import build_cached
         from .drawing import shrink
 
         session.exitstatus = 0
         try:
             mine = build_cached(self.config, self.op, self.candidate).functions
-            oracle = build_cached(self.config, self.op, Candidate.from_json(self.shrink["oracle"])).functions
-            smallest = shrink(self.replay / "draws", self.shrink["key"], mine, oracle, self.rtol)
+            oracle = build_cached(self.config, self.op, request.shrink.oracle).functions
+            smallest = shrink(self.replay / "draws", request.shrink.key, mine, oracle, self.rtol)
         except Exception as e:  # the message only: the verdict was made without it
             smallest = f"(could not shrink: {type(e).__name__}: {str(e)[:200]})"
         self.emit(event="shrunk", smallest=smallest[:2000])
@@ -232,5 +229,5 @@ def pytest_configure(config: pytest.Config) -> None:
     """Register the child plugin when --kope-child is given."""
     path = config.getoption("kope_child")
     if path:
-        guards.PROBE = True  # results must follow the data, not the buffers' addresses
-        config.pluginmanager.register(Child(config, json.loads(Path(path).read_text())), "kope-child")
+        request = JudgeRequest.from_json(json.loads(Path(path).read_text()))
+        config.pluginmanager.register(Child(config, request), "kope-child")

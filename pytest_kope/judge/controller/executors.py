@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ..request import JudgeRequest
 from . import environments
 from .sandbox import HOST_ENV, KEEP, Finished
 
@@ -63,8 +64,8 @@ class Executor(Protocol):
 
     name: str
 
-    def judge(self, plan: Plan, spec: dict[str, Any], key: bytes, work: Path, timing: bool) -> Ran:
-        """Run the child `spec` describes (paths in it are under `work` on this machine); raises
+    def judge(self, plan: Plan, spec: JudgeRequest, key: bytes, work: Path, timing: bool) -> Ran:
+        """Run the child `spec` asks for (paths in it are under `work` on this machine); raises
         `InfrastructureFault` when the machinery, not the child, failed."""
         ...
 
@@ -77,7 +78,7 @@ class Job:
     spec with this machine's paths, which the worker moves to its own."""
 
     plan: Plan
-    spec: dict[str, Any]
+    spec: dict[str, Any]  # the JudgeRequest as it travels (`JudgeRequest.to_json`)
     key: bytes
     work: str  # the controller's work folder: the spec's paths under it move to the worker's
     timing: bool
@@ -148,12 +149,12 @@ def judge_on_this_node(job: Job, replay: dict[str, bytes] | None) -> Ran:
             folder = base / "replay"
             Ran(Finished(0, False, 0.0, ""), replay, (0.0, 0.0)).unpack(folder)
             moves[str(job.spec["replay"])] = str(folder)
-        spec = moved(job.spec, moves)
+        spec = JudgeRequest.from_json(moved(job.spec, moves))
         plan = moved_plan(job.plan, moves)
         launcher = Launcher(plan)
         launcher.fresh_processes()
         own = {k: os.environ[k] for k in job.node_env if k in os.environ}
-        environment = spec.get("environment", environments.USER)
+        environment = spec.environment
         env = {**launcher.child_env(work, None, environment, cached=False), **job.env, **own}
         env.update(environments.settings(environment, env))  # oversubscribed over the shipped thread count
         began = time.monotonic()

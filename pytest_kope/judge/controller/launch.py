@@ -18,7 +18,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from ...toolchains.devices import visible_devices_env
 from ..arrays import DEFAULT_RTOL
 from ..outcome import Judged, Outcome
 from ..protocol import read_events
+from ..request import JudgeRequest, Shrink
 from . import environments, sandbox
 from .buildcache import BuildCache
 from .servers import ForkServer, Pool, ServerDied
@@ -145,7 +146,7 @@ class Launcher:
                 env[str(plan.jit_cache_env)] = str(jit)
             began = time.monotonic()
             if server is not None:
-                finished, _ = server.run("judge", work, spec, env, key)
+                finished, _ = server.run("judge", work, spec.to_json(), env, key)
             else:
                 finished = self.run_fresh(spec, env, key, work, record, jit)
             ended = time.monotonic()
@@ -200,27 +201,25 @@ class Launcher:
                 judged.failures.insert(0, f"forged {forged} result line(s) the judge did not sign")
         return judged
 
-    def _spec(self, request: Request, work: Path, record: Path | None) -> dict[str, Any]:
-        plan, reference, seeds, replay_from = self.plan, request.reference, request.seeds, request.replay_from
-        return {
-            "candidate": request.candidate.to_json(),
-            "reference": reference.to_json() if reference else None,
-            "tests": request.tests,
-            "seeds": seeds,
-            "seed": seeds[0] if seeds else 1,
-            "results": str(work / "results.jsonl"),
-            "operator": plan.operator.to_json(),
-            "record": str(record) if record else None,
-            "replay": str(replay_from) if replay_from else None,
-            "rtol": self.timed_rtol,
-            "ceilings": plan.ceilings if reference is not None else None,
-            "min_gain": plan.min_gain if plan.sequential else None,
-            "record_inputs": plan.record_inputs,
-            "environment": request.environment,
-            "shrink": {"key": request.shrink, "oracle": request.oracle.to_json()}
-            if request.shrink and request.oracle
-            else None,
-        }
+    def _spec(self, request: Request, work: Path, record: Path | None) -> JudgeRequest:
+        """What the child is asked, in the one form that travels (`..request`)."""
+        plan, reference = self.plan, request.reference
+        return JudgeRequest(
+            candidate=request.candidate,
+            operator=plan.operator,
+            results=str(work / "results.jsonl"),
+            tests=request.tests,
+            seeds=request.seeds,
+            reference=reference,
+            record=str(record) if record else None,
+            replay=str(request.replay_from) if request.replay_from else None,
+            rtol=self.timed_rtol,
+            ceilings=plan.ceilings if reference is not None else None,
+            min_gain=plan.min_gain if plan.sequential else None,
+            record_inputs=plan.record_inputs,
+            environment=request.environment,
+            shrink=Shrink(request.shrink, request.oracle) if request.shrink and request.oracle else None,
+        )
 
     def child_env(self, work: Path, device: int | None, environment: str, cached: bool) -> dict[str, str]:
         """What a judging child's environment adds to the scrubbed one (on the node it runs on): the
@@ -252,7 +251,7 @@ class Launcher:
 
     def run_fresh(
         self,
-        spec: dict[str, Any],
+        spec: JudgeRequest,
         env: dict[str, str],
         key: bytes,
         work: Path,
@@ -265,13 +264,13 @@ class Launcher:
         key_r, key_w = os.pipe()
         os.write(key_w, key)
         os.close(key_w)
-        (work / "spec.json").write_text(json.dumps({**spec, "key_fd": key_r}))
+        (work / "spec.json").write_text(json.dumps(replace(spec, key_fd=key_r).to_json()))
         # Only pytest-kope, the repo's conftests and the plugins named in `kope_plugins` load in a
         # judging child: entry-point plugins cost seconds per child (hypothesis alone ~1 s).
         plugins = [a for name in ("pytest_kope.plugin", *plan.plugins) for a in ("-p", name)]
         cmd = [sys.executable, "-m", "pytest", *plugins, "-p", "pytest_kope.judge.child.plugin"]
         cmd += ["--kope-child", str(work / "spec.json"), "-p", "no:cacheprovider", "-o", "addopts=", "-q"]
-        cmd += ["--rootdir", str(plan.rootdir), "--kope-seed", str(spec["seed"])]
+        cmd += ["--rootdir", str(plan.rootdir), "--kope-seed", str(spec.seed)]
         cmd += [*(["-c", str(plan.inifile)] if plan.inifile else []), *map(str, plan.files)]
         try:
             return sandbox.run(
@@ -299,8 +298,7 @@ class Launcher:
             work = server.work()
             try:
                 key = secrets.token_bytes(32)
-                spec = {"candidate": candidate.to_json(), "operator": self.plan.operator.to_json()}
-                spec["results"] = str(work / "results.jsonl")
+                spec = JudgeRequest(candidate, self.plan.operator, str(work / "results.jsonl")).to_json()
                 env = self.child_env(work, None, environments.USER, cached=False)
                 finished, reply = server.run("build", work, spec, env, key)
                 cache.builds += 1

@@ -30,6 +30,7 @@ from ...errors import ConfigError, InfrastructureFault
 from .executors import EXECUTORS, Executor, Job, Ran, for_worker, judge_on_this_node, node_env, shipped_env
 
 if TYPE_CHECKING:
+    from ..request import JudgeRequest
     from .runner import Plan
 
 NODE = "kope_node"  # the custom resource a CPU timing takes whole (1 per node)
@@ -143,11 +144,12 @@ class RayExecutor:
                     f"the cluster at {self.address} has {total.get(name, 0):g}: {how}"
                 )
 
-    def judge(self, plan: Plan, spec: dict[str, Any], key: bytes, work: Path, timing: bool) -> Ran:
+    def judge(self, plan: Plan, spec: JudgeRequest, key: bytes, work: Path, timing: bool) -> Ran:
         ray = self.ray
-        job = Job(for_worker(plan), spec, key, str(work), timing, shipped_env(), node_env(plan), self.ship)
+        wire = spec.to_json()
+        job = Job(for_worker(plan), wire, key, str(work), timing, shipped_env(), node_env(plan), self.ship)
         options: dict[str, Any] = {**resources(plan, timing), "max_retries": 0}
-        replay = self._replay(spec.get("replay"))
+        replay = self._replay(spec.replay)
         lost: list[str] = []
         for attempt in range(1, ATTEMPTS + 1):
             ref = self.task.options(**options).remote(job, replay)

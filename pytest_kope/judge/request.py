@@ -1,0 +1,79 @@
+"""What the controller asks of one judging child: a `JudgeRequest`, serialized here and nowhere else.
+
+The controller makes it (`controller/launch.py`), it travels as JSON (a fresh child's `spec.json`, a fork
+server's request pipe, a Ray job), and the child reads it back with `from_json` (`child/plugin.py`,
+`child/forkserver.py`). A new setting reaches the child by adding one field here. The guards' switches
+in the child follow from it (`guard_switches`), not from flags set elsewhere.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from ..candidate import Candidate
+from ..operator import Operator
+from .controller.environments import USER
+
+
+@dataclass(frozen=True)
+class Shrink:
+    """Shrink one drawn call the candidate fails (`child/draws.py`), against the oracle's kernel."""
+
+    key: str
+    oracle: Candidate
+
+
+@dataclass(frozen=True)
+class JudgeRequest:
+    """One judgement or build step, as a child receives it. Paths are strings: an executor moves them."""
+
+    candidate: Candidate
+    operator: Operator
+    results: str  # the file the child appends its signed events to
+    tests: list[str] = field(default_factory=list)  # base node ids to run; none for a build step
+    seeds: list[int] = field(default_factory=list)  # fresh-input seeds (correctness); none when timing
+    reference: Candidate | None = None  # timing: the candidate is timed paired against it
+    record: str | None = None  # record the committed kernel's calls into this folder
+    replay: str | None = None  # replay the recorded calls from this folder and check the outputs
+    rtol: float | None = None  # the tolerance timed outputs are checked with (None: the default)
+    ceilings: dict[str, Any] | None = None  # measured bandwidth and FMA ceilings (timing only)
+    min_gain: float | None = None  # paired rounds stop once this gain is decided (None: run to the cap)
+    record_inputs: bool = True  # a fork server keeps a perf test's inputs for the children it forks
+    environment: str = USER  # correctness: the environment it is judged in
+    shrink: Shrink | None = None
+    key_fd: int | None = None  # a fresh child reads its signing key from this pipe
+
+    @property
+    def seed(self) -> int:
+        """The session's seed in the child: the first fresh-input seed, else 1."""
+        return self.seeds[0] if self.seeds else 1
+
+    def guard_switches(self) -> dict[str, bool]:
+        """How the guards run in this child: every judging child probes that results follow the data;
+        one that replays recorded calls next leaves each call's settling to the replay; one that
+        records the committed kernel's calls records them."""
+        return {
+            "probe": True,
+            "settled_in_replay": self.replay is not None,
+            "record": self.record is not None,
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        data["candidate"], data["operator"] = self.candidate.to_json(), self.operator.to_json()
+        data["reference"] = self.reference.to_json() if self.reference else None
+        data["shrink"] = (
+            {"key": self.shrink.key, "oracle": self.shrink.oracle.to_json()} if self.shrink else None
+        )
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> JudgeRequest:
+        given = dict(data)
+        given["candidate"] = Candidate.from_json(data["candidate"])
+        given["operator"] = Operator.from_json(data["operator"])
+        given["reference"] = Candidate.from_json(data["reference"]) if data.get("reference") else None
+        shrink = data.get("shrink")
+        given["shrink"] = Shrink(shrink["key"], Candidate.from_json(shrink["oracle"])) if shrink else None
+        return cls(**given)
