@@ -45,6 +45,7 @@ from pytest_kope.peers import (  # noqa: E402 - after the path
     CASES,
     ISAS,
     Comparison,
+    Setup,
     compare,
     default_threads,
     headline,
@@ -123,17 +124,8 @@ def measure(args: argparse.Namespace, torch: Any, threads: int) -> list[Comparis
         winner = branch_source(repo, args.branch_prefix + op, source)
         if winner is not None:
             kernels.append((f"winner ({args.branch_prefix}{op})", winner, source.name, source.parent))
-        r = compare(
-            CASES[op],
-            kernels,
-            build_dir,
-            threads,
-            args.rounds,
-            torch=torch,
-            log=print,
-            isa_name=args.isa,
-            compiled=not args.no_compile,
-        )
+        setup = Setup(threads=threads, rounds=args.rounds, isa_name=args.isa, compiled=not args.no_compile)
+        r = compare(CASES[op], kernels, build_dir, setup, torch=torch, log=print)
         results.append(r)
         print(f"{op}: {r.seconds:.0f} s", flush=True)
     return results

@@ -164,7 +164,7 @@ def test_tool_loop_recall_compile_submit(agent_for: MakeAgent, messages_server: 
     # the tool answers go back to the model
     (answer,) = tool_results(second)
     assert memory.text in answer["content"] and not answer.get("is_error")
-    assert ("what sped up scale?", agent.query_tokens) in memory.asked
+    assert ("what sped up scale?", agent.limits.query_tokens) in memory.asked
     (answer,) = tool_results(third)
     assert answer["content"] == "ok"
     # the static block is the same text every round (so the cache serves it)

@@ -10,6 +10,7 @@ import pytest
 from pytest_kope.peers import (
     CASES,
     Comparison,
+    Setup,
     Timed,
     child,
     compare,
@@ -77,7 +78,9 @@ def test_compare_times_kernels_next_to_peers_and_the_measured_roof(tmp_path: Pat
     ]
     set_by = use_threads(2, torch)
     assert "torch.set_num_threads(2)" in set_by
-    result = compare(CASES["rowsum"], kernels, tmp_path, threads=2, rounds=5, torch=torch, compiled=False)
+    result = compare(
+        CASES["rowsum"], kernels, tmp_path, Setup(threads=2, rounds=5, compiled=False), torch=torch
+    )
     labels = [t.label for t in result.timed]
     assert labels == ["committed", "fast", "numpy", "torch eager"]
     assert result.best_peer in ("numpy", "torch eager") and result.roof == "read" and result.roof_value > 0
@@ -131,7 +134,7 @@ def test_a_kernel_with_a_wrong_output_is_timed_but_flagged(tmp_path: Path) -> No
         ("committed", ROWSUM.read_text(), ROWSUM.name, ROWSUM.parent),
         ("wrong", text, ROWSUM.name, ROWSUM.parent),
     ]
-    result = compare(CASES["rowsum"], kernels, tmp_path, threads=1, rounds=3, torch=None)
+    result = compare(CASES["rowsum"], kernels, tmp_path, Setup(threads=1, rounds=3), torch=None)
     wrong = result.get("wrong")
     assert wrong is not None and not wrong.correct and wrong.error > 1e-3
     assert "WRONG OUTPUT" in table([result])

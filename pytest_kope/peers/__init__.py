@@ -18,7 +18,7 @@ from tabulate import tabulate
 
 from .cases import CASES, Case, Problem
 from .isa import ISAS, Isa, isa, missing_env, peer_report, wide_code
-from .measure import KERNEL, PEER, Comparison, Timed, compare, use_threads
+from .measure import KERNEL, PEER, Comparison, Setup, Timed, compare, use_threads
 
 __all__ = [
     "CASES",
@@ -30,6 +30,7 @@ __all__ = [
     "Isa",
     "Problem",
     "Timed",
+    "Setup",
     "compare",
     "default_threads",
     "headline",

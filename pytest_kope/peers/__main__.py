@@ -13,7 +13,7 @@ import os
 import sys
 from pathlib import Path
 
-from . import CASES, compare, default_threads, import_torch, use_threads, versions
+from . import CASES, Setup, compare, default_threads, import_torch, use_threads, versions
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,7 +40,8 @@ def main(argv: list[str] | None = None) -> int:
         source = Path(path)
         folder = Path(args.include) if args.include else source.parent
         kernels.append((label, source.read_text(), source.name, folder))
-    result = compare(CASES[args.op], kernels, Path(args.build_dir), threads, rounds=args.rounds, torch=torch)
+    setup = Setup(threads=threads, rounds=args.rounds)
+    result = compare(CASES[args.op], kernels, Path(args.build_dir), setup, torch=torch)
     Path(args.json).write_text(json.dumps({**result.to_json(), "versions": versions(torch)}))
     return 0
 

@@ -1,6 +1,6 @@
 """Time kernels against their peers on the same buffers, interleaved, and against the measured roofline.
 
-    result = compare(CASES["softmax"], [("committed", text, "softmax.c", folder)], build_dir, threads=2)
+    result = compare(CASES["softmax"], [("committed", text, "softmax.c", folder)], build_dir, Setup(threads=2))
 
 Every contender (the kernels given, then the case's peers) writes the one shared output buffer from the
 one set of inputs. After a warm-up call (torch.compile compiles there), each contender's output is
@@ -219,29 +219,36 @@ def _check(call: Call, out: np.ndarray, reference: np.ndarray | None) -> float:
     return float("inf") if not np.isfinite(diff).all() else float(diff.max()) / scale
 
 
+@dataclass(frozen=True)
+class Setup:
+    """How a comparison runs: every contender's thread count, the interleaved rounds and each block's
+    length, the inputs' seed, whether the torch.compile peers join (their first compile takes 10-60 s),
+    and the instruction set the kernels and the roof probe are built for (peers/isa.py)."""
+
+    threads: int
+    rounds: int = 15
+    block_s: float = 0.05
+    seed: int = 0
+    compiled: bool = True
+    isa_name: str = "native"
+
+
 def compare(
     case: Case,
     kernels: Sequence[tuple[str, str, str, Path]],
     build_dir: Path,
-    threads: int,
-    rounds: int = 15,
-    block_s: float = 0.05,
+    setup: Setup,
     torch: Any = None,
-    seed: int = 0,
     log: Callable[[str], None] = lambda _: None,
-    compiled: bool = True,
-    isa_name: str = "native",
 ) -> Comparison:
     """Time `kernels` ((label, source text, file name, folder), the first is the reference output)
-    against the case's peers on shared buffers; see the module doc. `compiled=False` leaves out the
-    torch.compile peers (their first compile takes 10-60 s). `isa_name` builds the kernels and the roof
-    probe for that instruction set (peers/isa.py); the peers' own settings are the caller's to make
-    before torch and numpy load."""
-    at = isa(isa_name)
+    against the case's peers on shared buffers; see the module doc. The peers' own settings (threads,
+    instruction set) are the caller's to make before torch and numpy load."""
+    at = isa(setup.isa_name)
     # torch imports parts of itself lazily on first use, some with deprecation warnings of its own
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
-        result = _compare(case, kernels, build_dir, threads, rounds, block_s, torch, seed, log, compiled, at)
+        result = _compare(case, kernels, build_dir, setup, torch, log, at)
     return replace(result, isa=at.name)
 
 
@@ -268,17 +275,13 @@ def _compare(
     case: Case,
     kernels: Sequence[tuple[str, str, str, Path]],
     build_dir: Path,
-    threads: int,
-    rounds: int,
-    block_s: float,
+    setup: Setup,
     torch: Any,
-    seed: int,
     log: Callable[[str], None],
-    compiled: bool,
     at: Isa,
 ) -> Comparison:
     start = time.monotonic()
-    problem = case.make(np.random.default_rng(seed), torch)
+    problem = case.make(np.random.default_rng(setup.seed), torch)
     calls: dict[str, Call] = {}
     kinds: dict[str, str] = {}
     params: dict[str, dict[str, Any]] = {}
@@ -287,12 +290,12 @@ def _compare(
         if not case.matches(tuple(parse_spec(text, filename).kernels)):
             raise ValueError(f"{label}: {filename} does not declare {case.name}'s prototype {case.prototype}")
         calls[label], kinds[label] = _bound(kernel.functions[case.name].raw, problem.args), KERNEL
-    for label, fn in {**problem.peers, **(problem.compiled if compiled else {})}.items():
+    for label, fn in {**problem.peers, **(problem.compiled if setup.compiled else {})}.items():
         calls[label], kinds[label] = fn, PEER
     errors, compile_s = _ready(case, problem, calls, log)
     correct = {label: errors[label] <= case.rtol for label in calls}
-    probe, rate_of = roof_call(problem, build_dir, threads, at)
-    times = interleave({**calls, ROOF: probe}, rounds, block_s)
+    probe, rate_of = roof_call(problem, build_dir, setup.threads, at)
+    times = interleave({**calls, ROOF: probe}, setup.rounds, setup.block_s)
     peak = rate_of(statistics.median(times.pop(ROOF)))
     medians = {label: statistics.median(ts) for label, ts in times.items()}
     peers = [label for label in calls if kinds[label] == PEER and correct[label]]
@@ -314,6 +317,6 @@ def _compare(
             )
         )  # fmt: skip
     return Comparison(
-        case.name, threads, rounds, problem.roof, peak, problem.bytes_moved, problem.flops, tuple(timed), best,
+        case.name, setup.threads, setup.rounds, problem.roof, peak, problem.bytes_moved, problem.flops, tuple(timed), best,
         compile_s, time.monotonic() - start,
     )  # fmt: skip

@@ -10,12 +10,21 @@ import re
 from typing import Any
 
 from ...errors import ConfigError
-from .agent import LlmAgent
+from .agent import Limits, LlmAgent
 from .provider_anthropic import DEFAULT_MODEL, AnthropicProvider
 from .provider_openai import OpenAIProvider
 from .tools import merge_space
+from .wire import Provider
 
-__all__ = ["DEFAULT_MODEL", "LlmAgent", "claude_agent", "merge_space", "openai_agent", "openai_endpoint"]
+__all__ = [
+    "DEFAULT_MODEL",
+    "Limits",
+    "LlmAgent",
+    "claude_agent",
+    "merge_space",
+    "openai_agent",
+    "openai_endpoint",
+]
 _VARIABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -27,7 +36,7 @@ def claude_agent(
     **options: Any,
 ) -> LlmAgent:
     """`--kope-agent claude[:MODEL]`: the loop on Anthropic's Messages API."""
-    return LlmAgent(AnthropicProvider(model, api_key, base_url, timeout), "claude", **options)
+    return _agent(AnthropicProvider(model, api_key, base_url, timeout), "claude", options)
 
 
 def openai_agent(
@@ -46,7 +55,14 @@ def openai_agent(
             "--kope-agent openai needs OPENAI_API_KEY (or the variable kope_openai_key_env names), "
             "or the base URL of a server that takes no key (OPENAI_BASE_URL or kope_openai_base_url)"
         )
-    return LlmAgent(OpenAIProvider(model, api_key or None, base_url, timeout), "openai", **options)
+    return _agent(OpenAIProvider(model, api_key or None, base_url, timeout), "openai", options)
+
+
+def _agent(provider: Provider, name: str, options: dict[str, Any]) -> LlmAgent:
+    """The loop on `provider`: `max_tokens` and `graph_sink` as given, every other option a `Limits`."""
+    given = dict(options)
+    max_tokens, graph_sink = given.pop("max_tokens", None), given.pop("graph_sink", None)
+    return LlmAgent(provider, name, max_tokens, graph_sink, Limits(**given))
 
 
 def openai_endpoint(key_env: str | None, base_url: str | None) -> tuple[str | None, str | None]:

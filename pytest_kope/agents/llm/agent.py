@@ -20,6 +20,7 @@ import json
 import random
 import re
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from ...candidate import Candidate
@@ -36,6 +37,23 @@ _KEY_LIKE = re.compile(r"\bsk-ant-[A-Za-z0-9_\-]{6,}|\bsk-[A-Za-z0-9_\-]{20,}")
 RECALL_TOKENS = 1_500  # experience in a round's prompt; `kope context` shows the same
 
 
+@dataclass(frozen=True)
+class Limits:
+    """How far one round goes: retries and their back-off, tool turns, the output tokens asked for,
+    the recall's and a query's token shares, and a draft's compile check (time limit, compiler)."""
+
+    max_retries: int = 4
+    retry_delay: float = 1.0
+    max_retry_delay: float = 30.0
+    max_turns: int = 6
+    max_output_tokens: int = 8_192
+    min_output_tokens: int = 1_024
+    recall_tokens: int = RECALL_TOKENS
+    query_tokens: int = 1_000
+    compile_timeout: float = 20.0
+    cc: str | None = None
+
+
 class LlmAgent(AgentBase):
     """Proposes new kernel sources written by a model; see the module docstring."""
 
@@ -45,17 +63,7 @@ class LlmAgent(AgentBase):
         name: str,
         max_tokens: int | str | None = None,
         graph_sink: Sink | None = None,
-        *,
-        max_retries: int = 4,
-        retry_delay: float = 1.0,
-        max_retry_delay: float = 30.0,
-        max_turns: int = 6,
-        max_output_tokens: int = 8_192,
-        min_output_tokens: int = 1_024,
-        recall_tokens: int = RECALL_TOKENS,
-        query_tokens: int = 1_000,
-        compile_timeout: float = 20.0,
-        cc: str | None = None,
+        limits: Limits = Limits(),
     ):
         self.provider, self.name, self.model = provider, name, provider.model
         keys = TOKEN_KEYS if provider.name == "anthropic" else TOKEN_KEYS[:2]
@@ -63,11 +71,7 @@ class LlmAgent(AgentBase):
         self.max_tokens = self.budget.max_tokens
         self.graph_sink = graph_sink
         self.prompt_sink: PromptSink | None = None  # the session writes each round's record to the run folder
-        self.max_retries, self.retry_delay, self.max_retry_delay = max_retries, retry_delay, max_retry_delay
-        self.max_turns, self.max_output_tokens = max_turns, max_output_tokens
-        self.min_output_tokens = min_output_tokens
-        self.recall_tokens, self.query_tokens = recall_tokens, query_tokens
-        self.compile_timeout, self.cc = compile_timeout, cc
+        self.limits = limits
         self.plain = False  # the server answered that it does no tool calls: the plain-text protocol
         self._last: dict[str, list[Judged]] = {}  # operator -> verdicts on its last round
         self._earlier: dict[str, list[str]] = {}  # operator -> one line per earlier verdict
@@ -109,12 +113,12 @@ class LlmAgent(AgentBase):
         op = ctx.operator
         self._rounds[op.name] = self._rounds.get(op.name, 0) + 1
         state = prompt.recall_state(ctx, self._last.get(op.name, []))
-        opening = Opening(self, ctx, n, self._found(ctx, state, self.recall_tokens))
+        opening = Opening(self, ctx, n, self._found(ctx, state, self.limits.recall_tokens))
         turns = [opening.turn()]
         accepted: list[Candidate] = []
         nudged = False
         self._round_input = 0
-        for _ in range(self.max_turns):
+        for _ in range(self.limits.max_turns):
             reply = self._call(ctx, turns, opening)
             if reply is None:
                 break
@@ -142,7 +146,9 @@ class LlmAgent(AgentBase):
                 turns.append(Turn("tools", results=results))
         else:
             if not accepted:
-                self._fault(op.name, f"no candidate accepted within {self.max_turns} turns; round ended")
+                self._fault(
+                    op.name, f"no candidate accepted within {self.limits.max_turns} turns; round ended"
+                )
         self.budget.per(op.name)["candidates"] += len(accepted)
         return accepted
 
@@ -194,7 +200,7 @@ class LlmAgent(AgentBase):
             self.budget.note("retries", f"{op}: {what}; recalled context halved, earlier rounds dropped")
             turns[0] = opening.turn()
             return True
-        if e.kind != "retry" or attempt >= self.max_retries:
+        if e.kind != "retry" or attempt >= self.limits.max_retries:
             self._fault(op, f"{what} {tries}; round ended")
             return False
         delay = self._delay(attempt, e.retry_after)
@@ -208,12 +214,14 @@ class LlmAgent(AgentBase):
         """The output tokens this call may ask for under the operator's token budget (usage.py)."""
         chars = len(json.dumps([t.__dict__ for t in turns], default=str)) + len(prompt.SYSTEM)
         est = max(self._round_input, (chars + len(json.dumps(prompt.TOOLS))) // CHARS_PER_TOKEN)
-        return self.budget.room(op, est, self.max_output_tokens, self.min_output_tokens)
+        return self.budget.room(op, est, self.limits.max_output_tokens, self.limits.min_output_tokens)
 
     def _delay(self, attempt: int, asked: float | None) -> float:
         if asked is not None:
-            return min(asked, max(self.max_retry_delay, 60.0))
-        return min(self.retry_delay * 2.0**attempt, self.max_retry_delay) * random.uniform(0.75, 1.0)
+            return min(asked, max(self.limits.max_retry_delay, 60.0))
+        return min(self.limits.retry_delay * 2.0**attempt, self.limits.max_retry_delay) * random.uniform(
+            0.75, 1.0
+        )
 
     # -- tools -------------------------------------------------------------------------------------
 
@@ -224,13 +232,13 @@ class LlmAgent(AgentBase):
         elif call.name == "query_experience":
             question = inp.get("question")
             if isinstance(question, str) and question.strip():
-                text, error = self._recall(ctx, question, self.query_tokens), False
+                text, error = self._recall(ctx, question, self.limits.query_tokens), False
             else:
                 text, error = _needs("question"), True
         elif call.name == "compile_draft":
             source = inp.get("source")
             if isinstance(source, str) and source.strip():
-                text, error = compile_check(ctx, source, self.compile_timeout, self.cc), False
+                text, error = compile_check(ctx, source, self.limits.compile_timeout, self.limits.cc), False
             else:
                 text, error = _needs("source"), True
         else:
@@ -245,7 +253,7 @@ class LlmAgent(AgentBase):
         submit_candidate checks them; what happened to each, for the model."""
         answers = []
         for i, fields in enumerate(fenced_candidates(said)[: n - len(accepted) or 1], 1):
-            problem = compile_problem(ctx, fields["source"], self.compile_timeout, self.cc)
+            problem = compile_problem(ctx, fields["source"], self.limits.compile_timeout, self.limits.cc)
             if problem:
                 answers.append(f"candidate {i}: refused by the sandboxed compile check: {problem}")
                 continue
@@ -326,7 +334,7 @@ class Opening:
             ctx,
             self.n,
             self.found,
-            a.recall_tokens // 2 if self.shrunk else a.recall_tokens,
+            a.limits.recall_tokens // 2 if self.shrunk else a.limits.recall_tokens,
             a._last.get(op, []),
             [] if self.shrunk else a._earlier.get(op, []),
             a.plain,
