@@ -52,7 +52,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from pytest_kope.agents.exploration import point_key  # noqa: E402
-from pytest_kope.agents.search import Table, TableEvaluator, baseline_of, run_search  # noqa: E402
+from pytest_kope.agents.search import Memory, Table, TableEvaluator, baseline_of, run_search  # noqa: E402
 from pytest_kope.agents.tuner import Tuner  # noqa: E402
 from pytest_kope.judge.outcome import Judged, Outcome  # noqa: E402
 from pytest_kope.memory import distill  # noqa: E402
@@ -186,7 +186,12 @@ def kope_run(
     info = table.info()
     budget = budget or min(len(table.rows), MAX_BUDGET)
     return run_search(
-        Tuner(seed=seed), info, table.hardware, TableEvaluator(table), budget, graph=graph, run_id=run_id
+        Tuner(seed=seed),
+        info,
+        table.hardware,
+        TableEvaluator(table),
+        budget,
+        Memory(graph, run_id) if graph is not None else None,
     )
 
 

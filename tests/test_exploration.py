@@ -17,7 +17,7 @@ from op_repos import UNJAILED, make_op_repo
 from test_transfer import HW, search, table, warm_graph
 
 from pytest_kope.agents import exploration as ex
-from pytest_kope.agents.search import TableEvaluator, run_search
+from pytest_kope.agents.search import Memory, TableEvaluator, run_search
 from pytest_kope.agents.tuner import Tuner
 from pytest_kope.spec import parse_spec
 from pytest_kope.stopping import StopRule
@@ -89,7 +89,7 @@ def test_a_warm_run_moves_the_axis_the_graph_never_saw_and_does_not_stop_before_
         try:
             tuner = Tuner(seed=seed + 100)
             history = run_search(
-                tuner, TARGET.info(), HW, TableEvaluator(TARGET), 24, graph=graph, run_id="t", patience=3
+                tuner, TARGET.info(), HW, TableEvaluator(TARGET), 24, Memory(graph, "t"), patience=3
             )
         finally:
             graph.close()

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from pytest_kope.agents.search import Table, TableEvaluator, evaluations_to, run_search
+from pytest_kope.agents.search import Memory, Table, TableEvaluator, evaluations_to, run_search
 from pytest_kope.agents.tuner import Tuner
 from pytest_kope.candidate import Candidate
 from pytest_kope.judge.outcome import Judged, Outcome
@@ -188,11 +188,11 @@ def warm_evaluations(path: Path, sibling: Table, target: Table, seeds: range, fi
         graph = Graph(path / f"g{seed}.db")
         try:
             run_search(
-                Tuner(seed=seed), sibling.info(), HW, TableEvaluator(sibling), fill, graph=graph, run_id="a"
+                Tuner(seed=seed), sibling.info(), HW, TableEvaluator(sibling), fill, Memory(graph, "a")
             )
             tuner = Tuner(seed=seed + 100)
             history = run_search(
-                tuner, target.info(), HW, TableEvaluator(target), len(target.rows), graph=graph, run_id="b"
+                tuner, target.info(), HW, TableEvaluator(target), len(target.rows), Memory(graph, "b")
             )
         finally:
             graph.close()

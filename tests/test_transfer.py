@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_kope.agents.search import Table, TableEvaluator, evaluations_to, run_search
+from pytest_kope.agents.search import Memory, Table, TableEvaluator, evaluations_to, run_search
 from pytest_kope.agents.tuner import Tuner
 from pytest_kope.judge.outcome import Judged
 from pytest_kope.memory import Graph
@@ -45,9 +45,7 @@ def search(
 ) -> tuple[Tuner, list[Judged]]:
     tuner = Tuner(seed=seed)
     run = f"{t.operator}-{seed}"
-    history = run_search(
-        tuner, t.info(), HW, TableEvaluator(t), budget or len(t.rows), graph=graph, run_id=run
-    )
+    history = run_search(tuner, t.info(), HW, TableEvaluator(t), budget or len(t.rows), Memory(graph, run))
     return tuner, history
 
 

@@ -140,20 +140,28 @@ def baseline_of(info: OperatorInfo) -> Judged:
     return Judged(cand, Outcome.OK, speedup=1.0)
 
 
+@dataclass(frozen=True)
+class Memory:
+    """Where a search records its verdicts and distills its lessons, as a run of that id."""
+
+    graph: Graph
+    run_id: str = "search"
+
+
 def run_search(
     agent: Agent,
     info: OperatorInfo,
     hardware: dict[str, Any],
     evaluator: Evaluator,
     budget: int,
-    batch: int = 1,
-    graph: Graph | None = None,
-    run_id: str = "search",
+    memory: Memory | None = None,
     patience: int = 0,
 ) -> list[Judged]:
-    """Propose, evaluate, observe until `budget` evaluations are spent, the agent has nothing left
-    or `patience` evaluations bring no gain (as an optimize run's `StopRule` decides, unexplored axes
-    included); returns the verdicts in evaluation order (the committed kernel not counted)."""
+    """Propose, evaluate, observe, one candidate at a time, until `budget` evaluations are spent, the
+    agent has nothing left or `patience` evaluations bring no gain (as an optimize run's `StopRule`
+    decides, unexplored axes included); returns the verdicts in evaluation order (the committed kernel
+    not counted). With `memory`, the graph learns from it as from an optimize run."""
+    graph, run_id = (memory.graph, memory.run_id) if memory is not None else (None, "search")
     baseline = baseline_of(info)
     incumbent = baseline
     history: list[Judged] = []
@@ -171,7 +179,7 @@ def run_search(
 
     recall = _recaller(graph, info, hardware)
     rule = StopRule(budget, patience, unexplored=lambda: agent.unexplored(info.name))
-    while room := rule.room(batch):
+    while room := rule.room(1):
         ctx = Context(info, hardware, baseline, incumbent, history, budget - len(history), recall, seen)
         proposed = agent.propose(ctx, room)
         if not proposed:

@@ -78,7 +78,9 @@ def run(plan: Any, source: Path, text: str, top: Path | None = None, commit: str
         cmd += ["--kope-seed", str(seed), "--junitxml", str(report), "--rootdir", str(root)]
         cmd += ["-c", str(moved(plan.inifile))] if plan.inifile else []
         env = sandbox.scrubbed_environment(environments.settings(environments.USER), work)
-        finished = sandbox.wait(sandbox.start(cmd, work, env, plan.limits, cwd=root), plan.limits.wall_s)
+        finished = sandbox.wait(
+            sandbox.start(cmd, work, env, plan.limits, sandbox.Placement(cwd=root)), plan.limits.wall_s
+        )
         outcome = _read(report, finished)
         outcome.seconds, outcome.seed = finished.wall_s, seed
         return outcome

@@ -149,11 +149,11 @@ class Judge:
             self._stale.append(self.recording.folder)  # a child judged now may still replay from it
         self.recording, self.spoiled = None, False
 
-    def _recording_for(self, record: Path | None) -> Recording | None:
+    def _recording_for(self) -> Recording | None:
         """The recording a child replays; after a child changed it (possible only unjailed), recorded
         afresh first, while every other child waits for the whole new one."""
         with self._recording_lock:
-            if self.spoiled and record is None and self.committed is not None:
+            if self.spoiled and self.committed is not None:
                 self.spoiled = False
                 self.baseline(self.committed)
             return self.recording
@@ -222,13 +222,14 @@ class Judge:
         judged: Judged | None = None
         for environment, share in environments.share(seeds):
             one = self._child(
-                candidate,
-                self.plan.correctness,
-                share,
-                None,
-                device,
-                record=record if environment == environments.USER else None,
-                environment=environment,
+                Request(
+                    candidate,
+                    self.plan.correctness,
+                    share,
+                    device=device,
+                    record=record if environment == environments.USER else None,
+                    environment=environment,
+                )
             )
             if forgive and one.outcome == Outcome.INCORRECT and one.failed_runs:
                 self._forgive_flaky(one, device, environment)
@@ -255,7 +256,7 @@ class Judge:
         flaky = []
         for test, seed in failing:
             again = self._child(
-                self.committed, [test], [seed], None, device=device, replay=False, environment=environment
+                Request(self.committed, [test], [seed], device=device, environment=environment), replay=False
             )
             if again.outcome != Outcome.INCORRECT or (test, seed) not in set(again.failed_runs):
                 return
@@ -276,13 +277,14 @@ class Judge:
         """Time a correct candidate paired with `reference`, alone on a device; fills timings, decides nothing."""
         device = self.free_devices.get()
         try:
-            timed = self._child(judged.candidate, self.plan.performance, [], reference, device=device)
+            timing = Request(judged.candidate, self.plan.performance, [], reference, device=device)
+            timed = self._child(timing)
             if timed.outcome == Outcome.SUSPECT and self._ceilings_rose():
                 judged.add_time(timed)
                 judged.notes.append(
                     "timed again: faster than the ceilings allowed, which measured higher again"
                 )
-                timed = self._child(judged.candidate, self.plan.performance, [], reference, device=device)
+                timed = self._child(timing)
         except InfrastructureFault as e:
             judged.fault, judged.failures = str(e), [str(e)]
             return judged
@@ -309,28 +311,18 @@ class Judge:
         self.plan.ceilings = after
         return True
 
-    def _child(
-        self,
-        candidate: Candidate,
-        tests: list[str],
-        seeds: list[int],
-        reference: Candidate | None,
-        device: int | None = None,
-        record: Path | None = None,
-        replay: bool = True,
-        environment: str = environments.USER,
-    ) -> Judged:
-        recording = self._recording_for(record) if reference is None and record is None and replay else None
-        replay_from = recording.folder if recording is not None else None
-        compare = None
+    def _child(self, request: Request, replay: bool = True) -> Judged:
+        """One child's verdict on `request`; a correctness child that records nothing replays the
+        committed kernel's recorded calls (the differential check) unless `replay` is off."""
+        correctness = request.reference is None and request.record is None
+        recording = self._recording_for() if correctness and replay else None
         if recording is not None:
 
             def compare(events: list[dict[str, Any]], outputs: Path) -> list[str]:
                 return self._compare(events, recording, outputs)
 
-        return self.launcher.judge(
-            Request(candidate, tests, seeds, reference, device, record, replay_from, compare, environment)
-        )
+            request = replace(request, replay_from=recording.folder, compare=compare)
+        return self.launcher.judge(request)
 
     @property
     def rtol(self) -> float:

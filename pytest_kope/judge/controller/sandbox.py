@@ -236,31 +236,33 @@ def apply_rlimits(limits: Limits) -> None:
         resource.setrlimit(res, (value, value))
 
 
-def start(
-    cmd: Sequence[str],
-    work: Path,
-    env: Mapping[str, str],
-    limits: Limits,
-    writable: Sequence[Path] = (),
-    pass_fds: Sequence[int] = (),
-    cwd: Path | None = None,
-    readonly_dev: bool = False,
-    log: Path | None = None,
-    die_with_parent: bool = True,
-) -> Started:
-    """Start `cmd` jailed with `work` (and `writable`) the only writable paths, in its own process group
-    and pids cgroup, under `limits`; its output goes to `log` (default `work`/child.log).
+@dataclass(frozen=True)
+class Placement:
+    """Where a jailed process sits beside its work folder: other writable paths, the pipes it inherits,
+    its working directory (default: the work folder), /dev read-only, where its output goes (default
+    `work`/child.log), and whether it dies with the *thread* that started it (PR_SET_PDEATHSIG): off
+    for a process that outlives that thread (a fork server, which ends when its pipe does)."""
 
-    `die_with_parent` kills the jail when the *thread* that started it ends (PR_SET_PDEATHSIG): off
-    for a process that outlives the thread starting it (a fork server, which ends when its pipe does).
-    """
+    writable: Sequence[Path] = ()
+    pass_fds: Sequence[int] = ()
+    cwd: Path | None = None
+    readonly_dev: bool = False
+    log: Path | None = None
+    die_with_parent: bool = True
+
+
+def start(
+    cmd: Sequence[str], work: Path, env: Mapping[str, str], limits: Limits, place: Placement = Placement()
+) -> Started:
+    """Start `cmd` jailed with `work` (and `place.writable`) the only writable paths, in its own process
+    group and pids cgroup, under `limits`."""
     check_stopping()
     jail, _ = bubblewrap()
-    cwd = cwd or work
+    cwd = place.cwd or work
     full = list(cmd)
     if jail:
-        tail = [*(["--die-with-parent"] if die_with_parent else []), "--chdir", str(cwd), "--", *cmd]
-        full = jail_command(jail, [work, *writable], tail, readonly_dev)
+        tail = [*(["--die-with-parent"] if place.die_with_parent else []), "--chdir", str(cwd), "--", *cmd]
+        full = jail_command(jail, [work, *place.writable], tail, place.readonly_dev)
     cgroup = _make_cgroup(limits.processes)
 
     def confine() -> None:  # runs in the child between fork and exec
@@ -269,7 +271,7 @@ def start(
             (cgroup / "cgroup.procs").write_text(str(os.getpid()))
         apply_rlimits(limits)
 
-    log = log or work / "child.log"
+    log = place.log or work / "child.log"
     with open(log, "wb") as sink:
         proc = subprocess.Popen(
             full,
@@ -279,7 +281,7 @@ def start(
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             preexec_fn=confine,
-            pass_fds=tuple(pass_fds),
+            pass_fds=tuple(place.pass_fds),
         )  # noqa: PLW1509
     started = _live[id(proc)] = Started(proc, cgroup, bool(jail), log, time.monotonic())
     if _stopping.is_set():  # interrupted while it started: `stop_all` may have missed it
@@ -344,7 +346,7 @@ def run(
     pass_fds: Sequence[int] = (),
 ) -> Finished:
     """Run `cmd` jailed in `work`; never raises for anything the child does."""
-    return wait(start(cmd, work, env, limits, writable, pass_fds), limits.wall_s)
+    return wait(start(cmd, work, env, limits, Placement(writable, pass_fds)), limits.wall_s)
 
 
 def _kill_all(pgid: int, cgroup: Path | None) -> None:

@@ -73,11 +73,13 @@ class ForkServer:
                 self.slot,
                 sandbox.scrubbed_environment(env, self.slot),
                 limits,
-                pass_fds=(req_r, rep_w),
-                cwd=self.home,
-                readonly_dev=True,
-                log=self.root / "server.log",
-                die_with_parent=False,  # started from worker threads; it ends when its pipe closes
+                sandbox.Placement(
+                    pass_fds=(req_r, rep_w),
+                    cwd=self.home,
+                    readonly_dev=True,
+                    log=self.root / "server.log",
+                    die_with_parent=False,  # started from worker threads; it ends when its pipe closes
+                ),
             )
         finally:
             os.close(req_r)
