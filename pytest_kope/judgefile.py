@@ -20,6 +20,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from .review.summary import OperatorSummary
+
 USAGE = "usage: kope judge OPERATOR FILE [pytest args, e.g. the repo's path]"
 
 
@@ -56,20 +58,22 @@ def main(argv: Sequence[str]) -> int:
 
 
 def _say(op: str, source: Path, data: dict[str, Any]) -> int:
-    entry = next((o for o in data.get("operators", []) if o.get("name") == op), None)
-    judged = [c for c in (entry or {}).get("candidates", []) if c.get("agent") == "replay"]
+    entry = next(
+        (OperatorSummary.from_json(o) for o in data.get("operators", []) if o.get("name") == op), None
+    )
+    judged = [c for c in ((entry.candidates or []) if entry else []) if c.get("agent") == "replay"]
     if entry is None or not judged:
-        why = (entry or {}).get("note") or "the operator was not run"
+        why = (entry.note if entry else None) or "the operator was not run"
         print(f"kope judge: {op}: {source} was not judged: {why}", file=sys.stderr)
         return 2
-    verdict, timed = judged[0], entry.get("baseline_s") is not None
+    verdict, timed = judged[0], entry.baseline_s is not None
     if timed:
-        good = verdict["outcome"] == "better" and bool(entry.get("verified"))
+        good = verdict["outcome"] == "better" and entry.verified
         also = "; verified in fresh processes" if good else ""
         if verdict["outcome"] == "better" and not good:
-            also = f"; not verified: {entry.get('note', '')}"
+            also = f"; not verified: {entry.note if entry.note is not None else ''}"
     else:
         good = verdict["outcome"] in ("ok", "better")
-        also = f"; not timed: {(entry.get('stopped') or {}).get('detail', 'this machine cannot time it')}"
+        also = f"; not timed: {(entry.stopped or {}).get('detail', 'this machine cannot time it')}"
     print(f"kope judge: {op} {source}: {verdict['outcome']}: {verdict.get('reason', '')}{also}")
     return 0 if good else 1

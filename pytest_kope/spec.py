@@ -25,8 +25,9 @@ import functools
 import itertools
 import operator
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Any, TypeGuard
 
 from .errors import SpecError
 
@@ -35,8 +36,10 @@ _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _DECLARATIONS = ("kernel", "param", "flags", "require", "inplace")
 FLAGS = "flags"
 
+Scalar = int | float | str  # a param value, and any value a `require` condition computes (bool is an int)
 
-def _value(text: str) -> int | float | str:
+
+def _value(text: str) -> Scalar:
     try:
         v = ast.literal_eval(text)
     except (ValueError, SyntaxError):
@@ -48,11 +51,11 @@ def _value(text: str) -> int | float | str:
 class TuningSpace:
     """Named axes, each a list of values whose first entry is the default."""
 
-    axes: Mapping[str, tuple] = field(default_factory=dict)
+    axes: Mapping[str, tuple[Scalar, ...]] = field(default_factory=dict)
     requires: tuple[str, ...] = ()
 
     @property
-    def defaults(self) -> dict:
+    def defaults(self) -> dict[str, Scalar]:
         return {name: values[0] for name, values in self.axes.items()}
 
     def size(self) -> int:
@@ -61,12 +64,12 @@ class TuningSpace:
             n *= len(values)
         return n
 
-    def allows(self, point: Mapping) -> bool:
+    def allows(self, point: Mapping[str, object]) -> bool:
         if any(name not in point or point[name] not in vals for name, vals in self.axes.items()):
             return False
         return all(evaluate_require(expr, point) for expr in self.requires)
 
-    def points(self) -> Iterator[dict]:
+    def points(self) -> Iterator[dict[str, Scalar]]:
         names = list(self.axes)
         for combo in itertools.product(*(self.axes[n] for n in names)):
             point = dict(zip(names, combo))
@@ -90,7 +93,7 @@ class KernelSpec:
 def parse_spec(text: str, filename: str = "<source>") -> KernelSpec:
     """Parse the `kope:` lines of a kernel source; raise SpecError naming the file and line."""
     kernels: list[str] = []
-    axes: dict[str, tuple] = {}
+    axes: dict[str, tuple[Scalar, ...]] = {}
     requires: list[tuple[str, str]] = []  # (where, expression): names are checked once all params are known
     inplace: set[str] = set()
     for lineno, line in enumerate(text.splitlines(), 1):
@@ -129,7 +132,7 @@ def parse_spec(text: str, filename: str = "<source>") -> KernelSpec:
     return KernelSpec(tuple(kernels), TuningSpace(axes, tuple(e for _, e in requires)), frozenset(inplace))
 
 
-def _choices(text: str, where: str, lead: str, literal: bool = True) -> tuple:
+def _choices(text: str, where: str, lead: str, literal: bool = True) -> tuple[Scalar, ...]:
     """The `a | b | c` of a `param` or `flags` line (`lead`: its words before the choices)."""
     parts = [p.strip() for p in text.split("|")]
     if not parts or any(p == "" for p in parts):
@@ -142,7 +145,7 @@ def _choices(text: str, where: str, lead: str, literal: bool = True) -> tuple:
     return values
 
 
-def bake_defaults(text: str, point: Mapping) -> str:
+def bake_defaults(text: str, point: Mapping[str, object]) -> str:
     """The source with `point` made the declared default, so the committed file builds the winner.
 
     Each axis keeps all its values; the chosen one moves to the front. Axes not in `point` are untouched.
@@ -154,7 +157,7 @@ def bake_defaults(text: str, point: Mapping) -> str:
             body = m.group("body")
             word, _, rest = body.partition(" ")
             name = FLAGS if word == "flags" else rest.partition("=")[0].strip() if word == "param" else None
-            if name in point:
+            if name is not None and name in point:
                 head = line[: m.start("body")] + body[: len(word) + 1]
                 lhs, values = ("", rest) if word == "flags" else (name + " = ", rest.partition("=")[2])
                 choices = [v.strip() for v in values.split("|")]
@@ -172,16 +175,21 @@ def bake_defaults(text: str, point: Mapping) -> str:
 MAX_EXPONENT = 64  # `**` with a larger exponent is refused (a constant one at parse time, any at run time)
 MAX_INT_BITS = 4096  # an integer power that would be larger is an evaluation error (rules the point out)
 _REQUIRE_GRAMMAR = "`kope: require` allows only params, numbers, comparisons, and/or/not and arithmetic"
-_BINOPS = {
+# Operands of mixed types are a run-time matter (a TypeError rules the point out), so the tables take Any.
+_BINOPS: dict[type[ast.operator], Callable[[Any, Any], Scalar] | None] = {
     ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
     ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: None,
 }  # fmt: skip
-_CMPOPS = {
+_CMPOPS: dict[type[ast.cmpop], Callable[[Any, Any], object]] = {
     ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
     ast.Gt: operator.gt, ast.GtE: operator.ge,
     ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b,
 }  # fmt: skip
-_UNARY = {ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Not: operator.not_}
+_UNARY: dict[type[ast.unaryop], Callable[[Any], Scalar]] = {
+    ast.USub: operator.neg,
+    ast.UAdd: operator.pos,
+    ast.Not: operator.not_,
+}
 _FOUND = {
     ast.Call: "a call", ast.Attribute: "an attribute access", ast.Subscript: "a subscript",
     ast.Lambda: "a lambda", ast.ListComp: "a comprehension", ast.SetComp: "a comprehension",
@@ -202,7 +210,7 @@ def _literal_number(node: ast.expr) -> bool:
     return isinstance(node, ast.Constant) and type(node.value) in (int, float, bool)
 
 
-def _check(node: ast.AST, names: Mapping | None) -> None:
+def _check(node: ast.AST, names: Mapping[str, object] | None) -> None:
     """Raise _Refused unless `node` is in the grammar; `names` (when given) are the params it may use."""
     if isinstance(node, ast.Expression):
         return _check(node.body, names)
@@ -267,7 +275,7 @@ def _parse_require(expr: str) -> ast.Expression:
     return tree
 
 
-def require_error(expr: str, params: Mapping | None = None) -> str | None:
+def require_error(expr: str, params: Mapping[str, object] | None = None) -> str | None:
     """Why `expr` is not a valid `kope: require` condition over `params` (one line), or None if it is."""
     try:
         _check(_parse_require(expr), params)
@@ -278,7 +286,7 @@ def require_error(expr: str, params: Mapping | None = None) -> str | None:
     return None
 
 
-def evaluate_require(expr: str, point: Mapping) -> bool:
+def evaluate_require(expr: str, point: Mapping[str, object]) -> bool:
     """Whether `point` satisfies the condition `expr`; False when it is outside the grammar or fails."""
     try:
         return bool(_eval(_parse_require(expr).body, point))
@@ -286,38 +294,45 @@ def evaluate_require(expr: str, point: Mapping) -> bool:
         return False
 
 
-def _power(base, exp):
+def _power(base: Scalar, exp: Scalar) -> Scalar:
     if isinstance(base, str) or isinstance(exp, str) or abs(exp) > MAX_EXPONENT:
         raise ValueError("exponent out of range")
     if isinstance(base, int) and isinstance(exp, int) and exp > 0 and base.bit_length() * exp > MAX_INT_BITS:
         raise ValueError("power too large")
-    return base**exp
+    result: Scalar = base**exp
+    return result
 
 
-def _arith(op: ast.operator, a, b):
+def _arith(op: ast.operator, a: Scalar, b: Scalar) -> Scalar:
     strings = isinstance(a, str), isinstance(b, str)
     if any(strings) and not (all(strings) and isinstance(op, ast.Add)):  # no `"x" * 10**9`, no `%` formats
         raise TypeError("only + joins strings")
-    if isinstance(op, ast.Pow):
+    binop = _BINOPS[type(op)]
+    if binop is None:  # ast.Pow, bounded before it runs
         return _power(a, b)
-    result = _BINOPS[type(op)](a, b)
+    result = binop(a, b)
     if isinstance(result, int) and result.bit_length() > MAX_INT_BITS:
         raise ValueError("integer too large")
     return result
 
 
-def _eval(node: ast.expr, env: Mapping):
+def _exact_scalar(value: object) -> TypeGuard[Scalar]:
+    """Exactly an int, float, str or bool: a subclass (numpy's float64, say) is no `require` value."""
+    return type(value) in (int, float, str, bool)
+
+
+def _eval(node: ast.expr, env: Mapping[str, object]) -> Scalar:
     """Interpret one node of a checked expression (anything else raises, so it stays safe unchecked)."""
-    if isinstance(node, ast.Constant) and type(node.value) in (int, float, str, bool):
+    if isinstance(node, ast.Constant) and _exact_scalar(node.value):
         return node.value
     if isinstance(node, ast.Name) and not node.id.startswith("__"):
         value = env[node.id]
-        if type(value) not in (int, float, str, bool):
+        if not _exact_scalar(value):
             raise TypeError(f"param {node.id} is not a number or a string")
         return value
     if isinstance(node, ast.BoolOp):
         if isinstance(node.op, ast.And):
-            result = True
+            result: Scalar = True
             for v in node.values:
                 result = _eval(v, env)
                 if not result:
@@ -337,14 +352,14 @@ def _eval(node: ast.expr, env: Mapping):
     if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
         return _arith(node.op, _eval(node.left, env), _eval(node.right, env))
     if isinstance(node, ast.Compare):
-        left = _eval(node.left, env)
+        left: Scalar | tuple[Scalar, ...] = _eval(node.left, env)
         for op, right_node in zip(node.ops, node.comparators):
             if type(op) not in _CMPOPS:
                 raise TypeError("comparison outside the grammar")
             if isinstance(right_node, (ast.Tuple, ast.List)):
                 if not isinstance(op, (ast.In, ast.NotIn)):
                     raise TypeError("a list outside `in`")
-                right = tuple(_eval(e, env) for e in right_node.elts)
+                right: Scalar | tuple[Scalar, ...] = tuple(_eval(e, env) for e in right_node.elts)
             else:
                 right = _eval(right_node, env)
                 if isinstance(op, (ast.In, ast.NotIn)) and not (

@@ -278,13 +278,10 @@ def test_paired_timing_stops_once_the_bound_decides():
 
     def timed(reference_s: float, candidate_s: float) -> timing.Paired:
         return timing.measure_paired(
-            clock.kernel(reference_s),
-            clock.kernel(candidate_s),
-            (x, np.empty_like(x)),
-            clock,
-            lambda: None,
+            timing.KernelPair(clock.kernel(reference_s), clock.kernel(candidate_s)),
+            timing.CallArgs((x, np.empty_like(x)), ["in", "out"]),
+            timing.Clock(clock, lambda: None),
             timing.PAIRED,
-            ["in", "out"],
             stop=timing.decided(0.05),
         )
 
@@ -294,7 +291,10 @@ def test_paired_timing_stops_once_the_bound_decides():
     faster = timed(4e-3, 1e-3)
     assert faster.ratio.rounds == timing.PAIRED.min_rounds == 6, faster.ratio  # a win needs the 95% bound
     unstopped = timing.measure_paired(
-        clock.kernel(1e-3), clock.kernel(4e-3), (x, np.empty_like(x)), clock, lambda: None, timing.PAIRED
+        timing.KernelPair(clock.kernel(1e-3), clock.kernel(4e-3)),
+        timing.CallArgs((x, np.empty_like(x))),
+        timing.Clock(clock, lambda: None),
+        timing.PAIRED,
     )
     assert unstopped.ratio.rounds > paired.ratio.rounds  # without the rule: to the cap
 
@@ -315,7 +315,10 @@ def test_a_first_call_that_compiled_does_not_make_a_fast_kernel_one_call_a_round
         clock.now += 40e-6
 
     paired = timing.measure_paired(
-        cold, clock.kernel(40e-6), (x, np.empty_like(x)), clock, sync, timing.PAIRED, ["in", "out"]
+        timing.KernelPair(cold, clock.kernel(40e-6)),
+        timing.CallArgs((x, np.empty_like(x)), ["in", "out"]),
+        timing.Clock(clock, sync),
+        timing.PAIRED,
     )
     assert paired.reference.iterations == paired.candidate.iterations > 1
     assert paired.ratio.median == pytest.approx(1.0)
@@ -352,7 +355,10 @@ def test_slow_kernels_timed_outputs_are_checked_inside_the_rounds():
     sly, _ = _counting(lambda x, y, k: np.multiply(x, 2 if k % 2 else 3, out=y))
     for candidate, wrong in ((honest, False), (sly, True)):
         paired = timing.measure_paired(
-            _double, candidate, (x, np.empty_like(x)), time.perf_counter, lambda: None, budget, ["in", "out"]
+            timing.KernelPair(_double, candidate),
+            timing.CallArgs((x, np.empty_like(x)), ["in", "out"]),
+            timing.Clock(time.perf_counter, lambda: None),
+            budget,
         )
         assert bool(paired.mismatch) == wrong, paired.mismatch
     assert "timed buffer copy" in paired.mismatch
@@ -386,13 +392,10 @@ def test_calibration_reuses_prepared_copies_and_blocks_keep_only_the_copies_they
         assert len(rotation.sets) == 8  # a small call: as many copies as the rotation makes
         prepared = _count_preparations(rotation)
         paired = timing.measure_paired(
-            clock.kernel(cost),
-            clock.kernel(cost),
-            (x, np.empty_like(x)),
-            clock,
-            lambda: None,
+            timing.KernelPair(clock.kernel(cost), clock.kernel(cost)),
+            timing.CallArgs((x, np.empty_like(x)), ["in", "out"]),
+            timing.Clock(clock, lambda: None),
             budget,
-            ["in", "out"],
             rotation=rotation,
         )
         assert paired.candidate.iterations == calls and paired.copies == copies and not paired.mismatch
@@ -416,13 +419,10 @@ def test_one_call_a_block_is_checked_inside_the_rounds_however_fast():
     reference, _ = _counting(lambda x, y, k: (pace(k), _double(x, y)))
     for candidate, wrong in ((honest, False), (sly, True)):
         paired = timing.measure_paired(
-            reference,
-            candidate,
-            (x, np.empty_like(x)),
-            time.perf_counter,
-            lambda: None,
+            timing.KernelPair(reference, candidate),
+            timing.CallArgs((x, np.empty_like(x)), ["in", "out"]),
+            timing.Clock(time.perf_counter, lambda: None),
             budget,
-            ["in", "out"],
         )
         assert bool(paired.mismatch) == wrong, paired.mismatch
     assert len(honest_calls) == 1 + 1 + 8  # warm-up, calibration, one a round: no check calls after
@@ -444,7 +444,10 @@ def test_a_kernel_wrong_only_on_its_early_timed_calls_is_caught():
     reference, _ = _counting(lambda x, y, k: (pace(k), _double(x, y)))
     early, _ = _counting(lambda x, y, k: (pace(k), np.multiply(x, 2 if k > 6 else 0, out=y)))  # rounds 0-3
     paired = timing.measure_paired(
-        reference, early, (x, np.empty_like(x)), time.perf_counter, lambda: None, budget, ["in", "out"]
+        timing.KernelPair(reference, early),
+        timing.CallArgs((x, np.empty_like(x)), ["in", "out"]),
+        timing.Clock(time.perf_counter, lambda: None),
+        budget,
     )
     assert paired.candidate.iterations == paired.reference.iterations == 1
     assert paired.copies == 2
@@ -469,7 +472,10 @@ def test_fast_kernels_wrong_on_every_timed_call_are_caught_in_the_rounds():
 
     def timed(candidate):
         return timing.measure_paired(
-            clock.kernel(1e-3), candidate, (x, np.empty_like(x)), clock, lambda: None, budget, ["in", "out"]
+            timing.KernelPair(clock.kernel(1e-3), candidate),
+            timing.CallArgs((x, np.empty_like(x)), ["in", "out"]),
+            timing.Clock(clock, lambda: None),
+            budget,
         )
 
     for _ in range(10):
@@ -510,7 +516,11 @@ def test_a_kernel_right_only_on_the_last_calls_of_each_block_is_caught_by_audits
         args = (x, np.empty_like(x))
         rotation = timing.Rotation(args, ["in", "out"], max_copies=2)
         paired = timing.measure_paired(
-            clock.kernel(1e-3), last_two, args, clock, lambda: None, budget, ["in", "out"], rotation=rotation
+            timing.KernelPair(clock.kernel(1e-3), last_two),
+            timing.CallArgs(args, ["in", "out"]),
+            timing.Clock(clock, lambda: None),
+            budget,
+            rotation=rotation,
         )
         assert paired.candidate.iterations == 5 and paired.copies == 2 and paired.audits == 1
         caught += "audited" in paired.mismatch
@@ -539,7 +549,12 @@ def test_audits_replay_in_place_kernels_as_often_as_the_candidate_ran():
     lazy.calls = 0
     x = np.random.default_rng(7).standard_normal(4096).astype(np.float32)
     for candidate, wrong in ((step, False), (lazy, True)):
-        paired = timing.measure_paired(step, candidate, (x,), clock, lambda: None, budget, ["inout"])
+        paired = timing.measure_paired(
+            timing.KernelPair(step, candidate),
+            timing.CallArgs((x,), ["inout"]),
+            timing.Clock(clock, lambda: None),
+            budget,
+        )
         assert paired.candidate.iterations == 5 and paired.audits >= 1
         assert bool(paired.mismatch) == wrong, paired.mismatch
 
@@ -555,7 +570,12 @@ def test_many_call_kernels_with_an_integer_in_place_argument_are_checked_after_t
         counts += 1
 
     counts = np.zeros(1024, dtype=np.int32)
-    paired = timing.measure_paired(bump, bump, (counts,), clock, lambda: None, budget, ["inout"])
+    paired = timing.measure_paired(
+        timing.KernelPair(bump, bump),
+        timing.CallArgs((counts,), ["inout"]),
+        timing.Clock(clock, lambda: None),
+        budget,
+    )
     assert paired.audits == 0 and not paired.mismatch
 
 
@@ -576,7 +596,10 @@ def test_timing_never_writes_the_callers_arrays():
         np.multiply(a, 2, out=b)
 
     paired = timing.measure_paired(
-        _double, candidate, (x, y), time.perf_counter, lambda: None, budget, ["in", "out"]
+        timing.KernelPair(_double, candidate),
+        timing.CallArgs((x, y), ["in", "out"]),
+        timing.Clock(time.perf_counter, lambda: None),
+        budget,
     )
     assert not paired.mismatch
     assert np.array_equal(x, x0) and (y == 7.0).all()
@@ -603,7 +626,10 @@ def test_timed_outputs_of_in_place_kernels_are_checked_from_the_same_inputs():
         (lambda a: np.negative(np.abs(a, out=a), out=a), True),
     ):
         paired = timing.measure_paired(
-            reference, candidate, (acc.copy(),), time.perf_counter, lambda: None, budget, ["inout"]
+            timing.KernelPair(reference, candidate),
+            timing.CallArgs((acc.copy(),), ["inout"]),
+            timing.Clock(time.perf_counter, lambda: None),
+            budget,
         )
         assert bool(paired.mismatch) == wrong, paired.mismatch
 

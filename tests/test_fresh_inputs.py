@@ -157,13 +157,10 @@ def test_a_kernel_finds_neither_an_earlier_input_nor_the_other_kernels_result(ca
     budget = timing.Budget(min_rounds=10, max_rounds=10, max_time_s=30.0, min_round_s=4 * call_s)
     for trick in (Recogniser(), Thief()):
         paired = timing.measure_paired(
-            _taking(call_s, _double),
-            _taking(call_s, trick),
-            (x, np.empty_like(x)),
-            time.perf_counter,
-            lambda: None,
+            timing.KernelPair(_taking(call_s, _double), _taking(call_s, trick)),
+            timing.CallArgs((x, np.empty_like(x)), ["in", "out"]),
+            timing.Clock(time.perf_counter, lambda: None),
             budget,
-            ["in", "out"],
         )
         assert not paired.mismatch and paired.copies >= 2
         assert getattr(trick, "hits", 0) == 0 and getattr(trick, "found", 0) == 0

@@ -34,7 +34,10 @@ def _paired(candidate, snapshot: procstate.Snapshot):
             raise GuardViolation(("candidate" if candidate_ran else "reference") + ": " + "; ".join(found))
 
     return timing.measure_paired(
-        _copy, candidate, (x, y), time.perf_counter, lambda: None, roles=["in", "out"], between=between
+        timing.KernelPair(_copy, candidate),
+        timing.CallArgs((x, y), ["in", "out"]),
+        timing.Clock(time.perf_counter, lambda: None),
+        between=between,
     )
 
 

@@ -15,6 +15,7 @@ from pytest_kope.candidate import Candidate
 from pytest_kope.judge.outcome import Judged, Outcome, Timing
 from pytest_kope.review import report
 from pytest_kope.review.report_md import markdown
+from pytest_kope.review.summary import OperatorSummary, Searched, Winner
 from pytest_kope.stopping import Stop, stopped
 
 SRC = "// kope: param VEC = 0 | 8\nvoid f(const float *x, float *y, int n) {}\n"
@@ -35,8 +36,13 @@ def run_data(tmp_path: Path) -> dict:
     win = judged({"VEC": 8}, Outcome.BETTER, 3.0, parent=base.candidate.hash)
     broken = judged({"VEC": 16}, Outcome.INCORRECT, parent=base.candidate.hash)
     summary = report.operator_summary(
-        op, base, win, True, 2, 1, [win, broken], "kope/f", "abc1234def", "committed abc1234def", 12.0
-    )
+        op=op,
+        search=Searched(base, win, [win, broken], 2, 1),
+        verified=win,
+        winner=Winner("kope/f", "abc1234def"),
+        note="committed abc1234def",
+        seconds_spent=12.0,
+    ).to_json()
     summary["stopped"] = stopped(Stop.NO_GAIN, "no gain in the last 8 evaluations", 8)
     error = {"name": "g", "error": "the committed kernel g.c fails", "verified": False}
     error["stopped"] = stopped(Stop.ERROR, error["error"])
@@ -159,7 +165,7 @@ def test_the_closing_line_counts_operators_winners_and_stops(speedups, errors, u
     ]
     if not speedups and not errors:
         ops.append({"name": "plain", "verified": False, "speedup": 1.0})
-    assert report.closing_parts(ops) == parts
+    assert report.closing_parts([OperatorSummary.from_json(o) for o in ops]) == parts
 
 
 def test_every_verdict_says_why_in_the_report(tmp_path: Path) -> None:
@@ -176,8 +182,13 @@ def test_every_verdict_says_why_in_the_report(tmp_path: Path) -> None:
     broken.failures = ["t::test_f: max error 0.5 > 1e-05"]
     op = SimpleNamespace(name="f", family="elementwise", toolchain="c", source=tmp_path / "f.c")
     summary = report.operator_summary(
-        op, base, win, True, 4, 1, [win, slow, suspect, broken], "kope/f", "abc", "", 1.0
-    )
+        op=op,
+        search=Searched(base, win, [win, slow, suspect, broken], 4, 1),
+        verified=win,
+        winner=Winner("kope/f", "abc"),
+        note="",
+        seconds_spent=1.0,
+    ).to_json()
     reasons = {c["outcome"] + str(c["params"]["VEC"]): c["reason"] for c in summary["candidates"]}
     assert reasons["better8"].startswith(
         "correct and faster beyond noise: 3.000x the incumbent, 95% interval"
@@ -185,3 +196,18 @@ def test_every_verdict_says_why_in_the_report(tmp_path: Path) -> None:
     assert reasons["ok4"].startswith("correct, not faster beyond noise: 0.800x")
     assert reasons["suspect16"] == "t::test_perf: moved 64 MB in 1 us, beyond the 80 GB/s"
     assert reasons["incorrect2"] == "t::test_f: max error 0.5 > 1e-05"
+
+
+def test_a_summary_read_back_writes_the_same_entry(tmp_path: Path) -> None:
+    """report.json's entry is written in one place (`to_json`), and what `from_json` reads back from
+    it writes the same keys in the same order: null ones in a full account, none of an absent field,
+    and a key the publisher adds that this version does not name."""
+    entry = run_data(tmp_path)["operators"][0]
+    stop = entry.pop("stopped")
+    entry.update(winner_file="/f.c", peers={"headline": "h"}, push="pushed", later="kept", plot="f.png")
+    entry.update(flaky_tests=[], stopped=stop)
+    assert list(OperatorSummary.from_json(entry).to_json().items()) == list(entry.items())
+    assert entry["branch"] == "kope/f" and "error" not in entry and "search_failed" not in entry
+    error = {"name": "g", "error": "x", "verified": False, "stopped": stopped(Stop.ERROR, "x")}
+    assert list(OperatorSummary.from_json(error).to_json().items()) == list(error.items())
+    assert OperatorSummary.from_json(error).failed and not OperatorSummary.from_json(entry).failed

@@ -156,3 +156,36 @@ def test_the_size_check_sees_a_long_function(tmp_path: Path):
     modules, functions = sizes(tmp_path)
     assert modules == {"long": MAX_FUNCTION_LINES + 5}
     assert functions == {"long:1:f": MAX_FUNCTION_LINES + 1, f"long:{MAX_FUNCTION_LINES + 4}:g": 2}
+
+
+MAX_PARAMETERS = 7
+
+
+def long_signatures(root: Path = PACKAGE) -> dict[str, int]:
+    """Functions taking more than MAX_PARAMETERS parameters (self and cls not counted): values that travel
+    together belong in one typed object. Dataclass constructors are generated, so never seen here."""
+    found: dict[str, int] = {}
+    for path in sorted(root.rglob("*.py")):
+        name = _module(path, root)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                a = node.args
+                names = [x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg) if x]
+                count = len([n for n in names if n not in ("self", "cls")])
+                if count > MAX_PARAMETERS:
+                    found[f"{name}:{node.lineno}:{node.name}"] = count
+    return found
+
+
+def test_no_function_takes_more_than_7_parameters():
+    assert long_signatures() == {}
+
+
+def test_the_signature_check_sees_a_long_one(tmp_path: Path):
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "m.py").write_text(
+        "class A:\n    def ok(self, a, b, c, d, e, f, g):\n        pass\n\n"
+        "def long(a, b, c, d, e, f, g, *rest):\n    pass\n"
+    )
+    assert long_signatures(pkg) == {"pkg.m:5:long": 8}

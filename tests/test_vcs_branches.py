@@ -147,7 +147,7 @@ def done_on(done, target, root: Path) -> str:
 LIVE = """
 import sys
 from pathlib import Path
-from pytest_kope.vcs import Vcs
+from pytest_kope.review.vcs import Vcs
 print(Vcs.find(Path(sys.argv[1])).prune_stale_worktrees())
 """
 
@@ -181,7 +181,7 @@ RACE = textwrap.dedent(
     """
     import sys
     from pathlib import Path
-    from pytest_kope.vcs import Vcs
+    from pytest_kope.review.vcs import Vcs
     work, name = Path(sys.argv[1]), sys.argv[2]
     for i in range(5):
         vcs = Vcs.find(work)

@@ -67,6 +67,14 @@ def host_copy(value: Any) -> np.ndarray | None:
     return None if h is None else np.array(h, copy=True)
 
 
+def host_array(value: Any, copy: bool = False) -> np.ndarray:
+    """`host` (`host_copy` with `copy`) of an argument that must be an array, as an output a kernel wrote."""
+    h = host_copy(value) if copy else host(value)
+    if h is None:
+        raise TypeError(f"expected an array argument, got {type(value).__name__}")
+    return h
+
+
 def like(array: np.ndarray, template: Any) -> Any:
     """`array` as the same kind of object as `template` (a numpy array, or a torch tensor on its device)."""
     if isinstance(template, np.ndarray) or not hasattr(template, "detach"):

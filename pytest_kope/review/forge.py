@@ -19,7 +19,7 @@ import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 from urllib.parse import urlsplit
 
 from ..errors import ConfigError, ForgeError
@@ -55,7 +55,7 @@ class ForgeSettings:
             url = ini.get("kope_forge_url") or env.get("GITHUB_API_URL") or _github_api(host)
             repo = ini.get("kope_forge_repo") or env.get("GITHUB_REPOSITORY") or path
             run_url = _github_run_url(env)
-            names = GITHUB_TOKENS
+            names: tuple[str, ...] = GITHUB_TOKENS
         else:
             url = ini.get("kope_forge_url") or env.get("CI_SERVER_URL") or (f"https://{host}" if host else "")
             repo = (
@@ -209,6 +209,13 @@ def retrying(
     raise AssertionError("unreachable")
 
 
+class _Pauses(TypedDict, total=False):
+    """PyGithub's own throttle, zeroed when ours is off (its defaults hold otherwise)."""
+
+    seconds_between_requests: float
+    seconds_between_writes: float
+
+
 # -- the forges --------------------------------------------------------------------------------------
 class GitHubForge:
     """Pull requests through PyGithub (its own retries off: ours are reported)."""
@@ -217,7 +224,9 @@ class GitHubForge:
         from github import Auth, Github
 
         self.settings, self.say = settings, say
-        pauses = {} if settings.throttle else {"seconds_between_requests": 0, "seconds_between_writes": 0}
+        pauses: _Pauses = (
+            {} if settings.throttle else {"seconds_between_requests": 0, "seconds_between_writes": 0}
+        )
         self.client = Github(
             auth=Auth.Token(settings.token),
             base_url=settings.url,

@@ -11,16 +11,22 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from ..errors import ConfigError, ForgeError
 from ..hardware import describe
 from . import plot, prbase, prbody, report
-from .forge import ForgeSettings, make_forge, redact
-from .vcs import ZERO, Vcs
+from .forge import ForgeSettings, GitHubForge, GitLabForge, make_forge, redact
+from .vcs import ZERO, Target, Vcs
+
+if TYPE_CHECKING:
+    from ..judge.outcome import Judged
+    from ..memory.graph import Graph
+    from ..operator import Operator
 
 INI = ("kope_forge", "kope_forge_url", "kope_forge_repo", "kope_forge_token_env", "kope_pr_base")
 
@@ -35,11 +41,23 @@ def _option(config: pytest.Config, name: str) -> Any:
     return None if value in ("", []) else value
 
 
+@dataclass(frozen=True)
+class VerifiedWinner:
+    """A verified winner, what it was judged against and on which machine: what its commit message
+    and pull request are made of, wherever the commit goes."""
+
+    op: Operator
+    verified: Judged
+    baseline: Judged
+    history: list[Judged]
+    hw: dict[str, Any]  # the hardware fingerprint
+
+
 class Publisher:
     """Commit, push and review for one run."""
 
     def __init__(
-        self, config: pytest.Config, vcs: Vcs | None, run_id: str, prefix: str, run_dir: Path, graph: Any
+        self, config: pytest.Config, vcs: Vcs | None, run_id: str, prefix: str, run_dir: Path, graph: Graph
     ):
         self.config, self.vcs, self.run_id, self.prefix = config, vcs, run_id, prefix
         self.run_dir, self.graph = run_dir, graph
@@ -57,7 +75,7 @@ class Publisher:
             self.pr_base = self._resolve_pr_base()
 
     def _resolve_forge(self) -> None:
-        assert self.vcs is not None
+        assert self.vcs is not None and self.remote
         try:
             url = self.vcs.repo.remote(self.remote).url
         except ValueError:
@@ -93,18 +111,13 @@ class Publisher:
 
     # -- commit ------------------------------------------------------------------------------------
     def commit(
-        self,
-        op: Any,
-        verified: Any,
-        baseline: Any,
-        history: list[Any],
-        hw: dict,
-        files: Sequence[Path],
-        baked: str,
+        self, winner: VerifiedWinner, files: Sequence[Path], baked: str
     ) -> tuple[str | None, str | None, str]:
         """(branch, sha, what happened): the winner committed where no commit is lost, then pushed.
-        `baked` is the file to commit: the winner's source with its values as the defaults."""
+        `files`: the operator's test files; `baked`: the file to commit, the winner's source with its
+        values as the defaults."""
         assert self.vcs is not None
+        op, verified, hw = winner.op, winner.verified, winner.hw
         branch = f"{self.prefix}{op.name}"
         with self.vcs.locked(self.say):
             fetched = self.vcs.fetch(self.remote, self.prefix, self.env) if self.remote else None
@@ -113,15 +126,16 @@ class Publisher:
                     f"kope {op.name}: could not fetch {self.prefix}* from {self.remote}: {self._secret(fetched)}"
                 )
             target = self.vcs.plan(branch, self.run_id, [Path(op.source), *files], self.remote)
-            self._pending = (verified, baseline, history, hw)
             skip = self._already_there(target, verified, hw)
             if skip:
-                if self.remote and self._ahead(target):  # an earlier push of it did not get through
-                    tip = self.vcs.rev(f"refs/heads/{target.branch}")
+                tip = self._unpushed_tip(target) if self.remote else None
+                if tip:  # an earlier push of it did not get through
                     same = "this winner" in skip
-                    skip += "; " + self._push(op, target.branch, tip, target.remote_tip, review=same, why="")
+                    skip += "; " + self._push(
+                        winner, target.branch, tip, target.remote_tip, review=same, why=""
+                    )
                 return target.branch, None, skip
-            message = self._message(op, verified, baseline, history, hw, target.note)
+            message = self._message(winner, target.note)
             try:
                 done = self.vcs.commit(target, op.source, baked, message, self.run_id)
             except Exception as e:  # git trouble must not lose the run's results
@@ -134,28 +148,36 @@ class Publisher:
                 self.results.setdefault(op.name, {})["branch_note"] = note
             if self.remote:
                 lease = target.remote_tip if done.branch == target.branch else None
-                said += "; " + self._push(op, done.branch, done.sha, lease, review=True, why=note)
+                said += "; " + self._push(winner, done.branch, done.sha, lease, review=True, why=note)
         return done.branch, done.sha, said
 
-    def _push(self, op: Any, branch: str, sha: str, lease: str | None, review: bool, why: str) -> str:
+    def _push(
+        self, winner: VerifiedWinner, branch: str, sha: str, lease: str | None, review: bool, why: str
+    ) -> str:
         """Push one branch tip; on success open or update its pull request. What happened, in words."""
+        assert self.vcs is not None and self.remote
+        name = winner.op.name
         pushed = self.vcs.push(self.remote, branch, sha, lease, self.env)
         detail = self._secret(pushed.detail)
-        self.results.setdefault(op.name, {})["push"] = detail
+        self.results.setdefault(name, {})["push"] = detail
         if not pushed.ok:
-            self.say(f"kope {op.name}: {detail}", red=True)
+            self.say(f"kope {name}: {detail}", red=True)
         elif self.pr and review:
-            verified, baseline, history, hw = self._pending
-            self._review(op, verified, baseline, history, hw, branch, sha, why)
+            self._review(winner, branch, sha, why)
         return detail
 
-    def _ahead(self, target: Any) -> bool:
-        """Whether the local branch has commits the remote's lacks (and none of the remote's is missing)."""
+    def _unpushed_tip(self, target: Target) -> str | None:
+        """The local branch's tip when it has commits the remote's lacks (and none of the remote's is
+        missing), else None."""
+        assert self.vcs is not None
         local = self.vcs.rev(f"refs/heads/{target.branch}")
         theirs = target.remote_tip
-        return bool(local) and local != theirs and (theirs is None or self.vcs.is_ancestor(theirs, local))
+        if not local or local == theirs:
+            return None
+        return local if theirs is None or self.vcs.is_ancestor(theirs, local) else None
 
-    def _already_there(self, target: Any, verified: Any, hw: dict) -> str:
+    def _already_there(self, target: Target, verified: Judged, hw: dict[str, Any]) -> str:
+        assert self.vcs is not None
         if target.old == ZERO and target.remote_tip is None:
             return ""
         last = self.vcs.latest_kope_commit(target.parent) if target.parent != self.vcs.base else {}
@@ -170,8 +192,12 @@ class Publisher:
                 pass
         return ""
 
-    def _message(self, op: Any, verified: Any, baseline: Any, history: list[Any], hw: dict, note: str) -> str:
-        message = report.commit_message(op, verified, baseline, history, self.run_id, describe(hw))
+    def _message(self, winner: VerifiedWinner, note: str) -> str:
+        assert self.vcs is not None
+        op = winner.op
+        message = report.commit_message(
+            op, winner.verified, winner.baseline, winner.history, self.run_id, describe(winner.hw)
+        )
         head, _, rest = message.partition("\n\n")
         extra = []
         if self.vcs.is_dirty(op.source):
@@ -187,7 +213,7 @@ class Publisher:
         return message.rstrip("\n") + f"\nKope-Base: {self.vcs.base}\n"
 
     # -- peers ---------------------------------------------------------------------------------------
-    def measure_peers(self, op: Any, baked: str) -> None:
+    def measure_peers(self, op: Operator, baked: str) -> None:
         """--kope-peers: the verified winner (`baked`: its source with its values as the defaults) next
         to its kernel-only peers, measured in a jailed child (pytest_kope/peers); the headline goes into
         report.json/report.md and the pull request."""
@@ -201,6 +227,7 @@ class Publisher:
             return
         self.say(f"kope {op.name}: timing the winner next to its peers (--kope-peers)")
         data = child.measure(op.name, source, baked, source.parent)
+        entry: dict[str, object]  # for report.json
         if "error" in data:
             entry = {"error": self._secret(str(data["error"]))}
         else:
@@ -222,18 +249,9 @@ class Publisher:
         self.say(f"kope {op.name}: {entry.get('headline') or entry.get('error')}")
 
     # -- review --------------------------------------------------------------------------------------
-    def _review(
-        self,
-        op: Any,
-        verified: Any,
-        baseline: Any,
-        history: list[Any],
-        hw: dict,
-        branch: str,
-        sha: str,
-        note: str,
-    ) -> None:
+    def _review(self, winner: VerifiedWinner, branch: str, sha: str, note: str) -> None:
         assert self.settings is not None and self.vcs is not None and self.remote
+        op = winner.op
         entry = self.results.setdefault(op.name, {})
         off_target = prbase.not_on_target(self.vcs, self.remote, self.pr_base)
         if off_target:  # the pull request would show the user's unpushed commits too: say so, there
@@ -241,8 +259,8 @@ class Publisher:
             note = "; ".join(n for n in (note, off_target) if n)
         try:
             forge = make_forge(self.settings, self.say)
-            evidence = self._evidence(op, verified, baseline, history, hw, branch, sha, note)
-            evidence.plot = self._plot_markdown(forge, op.name, history)
+            evidence = self._evidence(winner, branch, sha, note)
+            evidence.plot = self._plot_markdown(forge, op.name, winner.history)
             made = forge.review(
                 branch,
                 self.pr_base,
@@ -259,19 +277,11 @@ class Publisher:
         self.say(f"kope {op.name}: {word} pull request #{made.number}: {made.url}")
         (self.run_dir / f"{op.name}-pr.md").write_text(self._secret(prbody.body(evidence)))
 
-    def _evidence(
-        self,
-        op: Any,
-        verified: Any,
-        baseline: Any,
-        history: list[Any],
-        hw: dict,
-        branch: str,
-        sha: str,
-        note: str,
-    ) -> prbody.Evidence:
+    def _evidence(self, winner: VerifiedWinner, branch: str, sha: str, note: str) -> prbody.Evidence:
         from ..settings import SEED
 
+        assert self.vcs is not None
+        op, verified, hw = winner.op, winner.verified, winner.hw
         return prbody.Evidence(
             operator=op.name,
             toolchain=op.toolchain,
@@ -284,8 +294,8 @@ class Publisher:
             hardware=hw,
             hardware_name=describe(hw),
             winner=verified,
-            baseline=baseline,
-            history=history,
+            baseline=winner.baseline,
+            history=winner.history,
             lessons=self._lessons(op.name),
             build=self._build_line(op, verified),
             note=note,
@@ -302,7 +312,7 @@ class Publisher:
             (self.run_id, operator),
         )
 
-    def _build_line(self, op: Any, verified: Any) -> str:
+    def _build_line(self, op: Operator, verified: Judged) -> str:
         from ..toolchains import toolchain_of
 
         tc = toolchain_of(self.config, op.toolchain)
@@ -314,7 +324,7 @@ class Publisher:
         except Exception:  # a toolchain whose build is not one command line
             return ""
 
-    def _plot_markdown(self, forge: Any, operator: str, history: list[Any]) -> str:
+    def _plot_markdown(self, forge: GitHubForge | GitLabForge, operator: str, history: list[Judged]) -> str:
         png = plot.speedup_png(operator, [_point(j) for j in history], self.run_dir, self._mpl)
         if png is None:
             return ""
@@ -334,13 +344,13 @@ class Publisher:
     def after(self, name: str, summary: dict[str, Any]) -> dict[str, Any]:
         """What report.json adds for an operator: the plot, and what push and review did."""
         extra = dict(self.results.get(name, {}))
-        png = self.run_dir / f"{name}-speedup.png"
-        if not png.exists():
-            png = plot.speedup_png(name, summary.get("candidates", []), self.run_dir, self._mpl)
+        made = self.run_dir / f"{name}-speedup.png"
+        candidates = summary.get("candidates", [])
+        png = made if made.exists() else plot.speedup_png(name, candidates, self.run_dir, self._mpl)
         if png is not None:
             extra["plot"] = png.name
         return extra
 
 
-def _point(judged: Any) -> dict[str, Any]:
+def _point(judged: Judged) -> dict[str, Any]:
     return {"speedup": judged.speedup if judged.timings else None, "outcome": judged.outcome.value}

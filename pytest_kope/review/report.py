@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 from tabulate import tabulate
+
+from .summary import CandidateEntry, OperatorSummary, Searched, Winner
+
+if TYPE_CHECKING:
+    from ..judge.outcome import Judged
+    from ..operator import Operator
 
 
 def report_schema() -> dict[str, Any]:
@@ -54,63 +61,62 @@ def _lineage(best: Any, history: list[Any]) -> list[Any]:
 
 
 def operator_summary(
-    op: Any,
-    baseline: Any,
-    best: Any,
-    verified: bool,
-    evaluations: int,
-    evaluations_to_best: int,
-    history: list[Any],
-    branch: str | None,
-    commit: str | None,
+    *,
+    op: Operator,
+    search: Searched,
+    verified: Judged | None,
+    winner: Winner,
     note: str,
     seconds_spent: float,
-) -> dict[str, Any]:
-    """One operator's entry in report.json."""
-    baseline_s = baseline.time_s
-    improved = best is not baseline and best.timings
+) -> OperatorSummary:
+    """One operator's entry in report.json: its full account, on the verified winner when there is one
+    (`verified`), else on the search's incumbent; the session fills in the rest."""
+    best = verified if verified is not None else search.incumbent
+    baseline_s = search.baseline.time_s
+    improved = best is not search.baseline and bool(best.timings)
     best_s = best.time_s if improved else baseline_s
-    if verified and improved and best.paired_times:  # one measurement: the verification's paired rounds
-        baseline_s, best_s = best.paired_times
+    if verified is not None and improved and best.paired_times:  # one measurement: the verification's
+        baseline_s, best_s = best.paired_times  # paired rounds
+    return OperatorSummary(
+        name=op.name,
+        verified=verified is not None,
+        baseline_judged=True,
+        family=op.family,
+        toolchain=op.toolchain,
+        source=str(op.source),
+        baseline_s=baseline_s,
+        best_s=best_s,
+        speedup=(best.speedup or 1.0) if improved else 1.0,
+        evaluations=search.evaluations,
+        evaluations_to_best=search.evaluations_to_best,
+        winner=winner,
+        best={"id": best.candidate.hash, "idea": best.candidate.idea, "params": best.candidate.params},
+        note=note,
+        seconds=round(seconds_spent, 1),
+        outcomes=_count(j.outcome.value for j in search.history),
+        candidates=[_entry(j) for j in search.history],
+    )
+
+
+def _entry(j: Judged) -> CandidateEntry:
     return {
-        "name": op.name,
-        "family": op.family,
-        "toolchain": op.toolchain,
-        "source": str(op.source),
-        "baseline_s": baseline_s,
-        "best_s": best_s,
-        "speedup": (best.speedup or 1.0) if improved else 1.0,
-        "evaluations": evaluations,
-        "evaluations_to_best": evaluations_to_best,
-        "verified": verified,
-        "branch": branch,
-        "commit": commit,
-        "best": {"id": best.candidate.hash, "idea": best.candidate.idea, "params": best.candidate.params},
-        "note": note,
-        "seconds": round(seconds_spent, 1),
-        "outcomes": _count(j.outcome.value for j in history),
-        "candidates": [
-            {
-                "id": j.candidate.hash,
-                "agent": j.candidate.agent,
-                "idea": j.candidate.idea,
-                "params": j.candidate.params,
-                "parent": j.candidate.parent,
-                "outcome": j.outcome.value,
-                "reason": j.reason[:500],
-                "ratio": j.ratio,
-                "ratio_low": j.ratio_low,
-                "speedup": j.speedup,
-                "time_s": j.time_s,
-                "failures": [f[:500] for f in j.failures[:3]],
-                "notes": j.notes[:3],
-            }
-            for j in history
-        ],
+        "id": j.candidate.hash,
+        "agent": j.candidate.agent,
+        "idea": j.candidate.idea,
+        "params": j.candidate.params,
+        "parent": j.candidate.parent,
+        "outcome": j.outcome.value,
+        "reason": j.reason[:500],
+        "ratio": j.ratio,
+        "ratio_low": j.ratio_low,
+        "speedup": j.speedup,
+        "time_s": j.time_s,
+        "failures": [f[:500] for f in j.failures[:3]],
+        "notes": j.notes[:3],
     }
 
 
-def _count(values: Any) -> dict[str, int]:
+def _count(values: Iterable[str]) -> dict[str, int]:
     out: dict[str, int] = {}
     for v in values:
         out[v] = out.get(v, 0) + 1
@@ -131,36 +137,36 @@ FINAL_HEADERS = [
 ]
 
 
-def stop_text(o: dict[str, Any]) -> str:
+def stop_text(o: OperatorSummary) -> str:
     """Why an operator's search ended, in a few words ('no gain in 8', 'converged', 'error')."""
-    return str((o.get("stopped") or {}).get("short", "error" if "error" in o else "-"))
+    return str((o.stopped or {}).get("short", "error" if o.error is not None else "-"))
 
 
-def _wall(o: dict[str, Any]) -> str:
+def _wall(o: OperatorSummary) -> str:
     """An operator's wall time, its verification included."""
-    return f"{o['seconds']:.0f} s" if o.get("seconds") is not None else "-"
+    return f"{o.seconds:.0f} s" if o.seconds is not None else "-"
 
 
-def final_table(operators: list[dict[str, Any]], fmt: str = "simple") -> str:
+def final_table(operators: list[OperatorSummary], fmt: str = "simple") -> str:
     """The table of operators at the end of an optimize run."""
-    rows = []
+    rows: list[tuple[Any, ...]] = []
     for o in operators:
-        if "baseline_s" not in o:  # stopped on an error, or not reached within the time budget
-            detail = f"error: {o['error'][:60]}" if "error" in o else "-"
-            rows.append((o["name"], "-", "-", "-", "-", "-", "no", stop_text(o), _wall(o), detail))
+        if not o.baseline_judged:  # stopped on an error, or not reached within the time budget
+            detail = f"error: {o.error[:60]}" if o.error is not None else "-"
+            rows.append((o.name, "-", "-", "-", "-", "-", "no", stop_text(o), _wall(o), detail))
             continue
         rows.append(
             (
-                o["name"],
-                seconds(o["baseline_s"]),
-                seconds(o["best_s"]),
-                f"{o['speedup']:.2f}x",
-                o["evaluations"],
-                o["evaluations_to_best"],
-                "yes" if o["verified"] else "no",
+                o.name,
+                seconds(o.baseline_s),
+                seconds(o.best_s),
+                f"{o.speedup:.2f}x",
+                o.evaluations,
+                o.evaluations_to_best,
+                "yes" if o.verified else "no",
                 stop_text(o),
                 _wall(o),
-                o["branch"] or "-",
+                o.winner.branch or "-",
             )
         )
     return tabulate(rows, headers=FINAL_HEADERS, tablefmt=fmt)
@@ -174,14 +180,18 @@ def _ratio(x: float) -> str:
     return f"{x:.1f}x" if x < 10 else f"{x:.0f}x"
 
 
-def closing_parts(operators: list[dict[str, Any]]) -> list[str]:
+def closing_parts(operators: list[OperatorSummary]) -> list[str]:
     """The parts of pytest's last line after an optimize run:
     ['kope: 8 operators', '6 verified winners (3.4x-66x)', '1 without a winner', '1 stopped']."""
-    winners = [o["speedup"] for o in operators if o.get("verified") and not o.get("already_committed")]
-    again = sum(bool(o.get("verified") and o.get("already_committed")) for o in operators)
-    errors = sum("error" in o for o in operators)
-    failed = sum("search_failed" in o for o in operators)
-    unreached = sum((o.get("stopped") or {}).get("reason") == "not_reached" for o in operators)
+    winners = [
+        o.speedup
+        for o in operators
+        if o.verified and not o.winner.already_committed and o.speedup is not None
+    ]
+    again = sum(bool(o.verified and o.winner.already_committed) for o in operators)
+    errors = sum(o.error is not None for o in operators)
+    failed = sum(o.search_failed is not None for o in operators)
+    unreached = sum((o.stopped or {}).get("reason") == "not_reached" for o in operators)
     interrupted = sum(_was_interrupted(o) for o in operators)
     plain = len(operators) - len(winners) - again - errors - unreached - interrupted
     span = ""
@@ -206,11 +216,11 @@ def closing_parts(operators: list[dict[str, Any]]) -> list[str]:
     return parts
 
 
-def _was_interrupted(o: dict[str, Any]) -> bool:
-    return (o.get("stopped") or {}).get("reason") == "interrupted"
+def _was_interrupted(o: OperatorSummary) -> bool:
+    return (o.stopped or {}).get("reason") == "interrupted"
 
 
-def install_closing_line(terminalreporter: Any, operators: list[dict[str, Any]]) -> None:
+def install_closing_line(terminalreporter: Any, operators: list[OperatorSummary]) -> None:
     """Make pytest's last line say what the optimize run did instead of 'no tests ran'. The terminal
     reporter builds that line from its public build_summary_stats_line(); this wraps it, keeping any
     part pytest adds (warnings, deselected) and colouring the line red when an operator stopped."""
@@ -220,33 +230,33 @@ def install_closing_line(terminalreporter: Any, operators: list[dict[str, Any]])
     def build() -> tuple[list[tuple[str, dict[str, bool]]], str]:
         theirs, _ = original()
         theirs = [p for p in theirs if p[0] != "no tests ran"]
-        color = "red" if any("error" in o or _was_interrupted(o) for o in operators) else "green"
+        color = "red" if any(o.error is not None or _was_interrupted(o) for o in operators) else "green"
         color = "yellow" if color == "green" and "warnings" in tr.stats else color
         return [(text, {color: True, "bold": i == 0}) for i, text in enumerate(parts)] + theirs, color
 
     tr.build_summary_stats_line = build
 
 
-def review_lines(operators: list[dict[str, Any]]) -> list[str]:
+def review_lines(operators: list[OperatorSummary]) -> list[str]:
     """report.md's section on what reviewers get: pushes, pull requests, and each speedup plot."""
     lines: list[str] = []
     for o in operators:
         said = []  # where the commit went and the push are in the operator's note above
-        pr = o.get("pull_request")
+        pr = o.published.pull_request
         if pr:
             said.append(
                 f"pull request [#{pr['number']}]({pr['url']}) {'opened' if pr['created'] else 'updated'}"
             )
-        if o.get("review_error"):
-            said.append(f"pull request not opened: {o['review_error']}")
+        if o.published.review_error:
+            said.append(f"pull request not opened: {o.published.review_error}")
         if said:
-            lines.append(f"- **{o['name']}**: " + "; ".join(said))
-    plots = [o for o in operators if o.get("plot")]
+            lines.append(f"- **{o.name}**: " + "; ".join(said))
+    plots = [o for o in operators if o.published.plot]
     if lines:
         lines = ["", "## Review", "", *lines]
     if plots:
         lines += ["", "## Speedup over evaluations", ""]
-        lines += [f"![{o['name']}: speedup over evaluations]({o['plot']})" for o in plots]
+        lines += [f"![{o.name}: speedup over evaluations]({o.published.plot})" for o in plots]
     return lines
 
 

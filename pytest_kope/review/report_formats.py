@@ -2,6 +2,8 @@
 (`.kope/runs/<run-id>/`) to the function that renders the run's data as that file's text.
 
 Adding a format is one function and one line here (or `FORMATS["report.csv"] = render` from a plugin).
+A format renders report.json's data, plain dicts (its operators as `OperatorSummary.to_json()` writes
+them): plugins' formats are written against that shape; report.md reads the operators back typed.
 """
 
 from __future__ import annotations

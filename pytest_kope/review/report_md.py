@@ -9,6 +9,7 @@ from typing import Any
 from tabulate import tabulate
 
 from .report import closing_parts, final_table, review_lines, seconds, stop_text
+from .summary import OperatorSummary, Peers
 
 USAGE_HEADERS = ["agent", "calls", "tokens in", "tokens out", "cached", "retries", "faults"]
 
@@ -70,60 +71,62 @@ def _usage_section(data: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _outcomes(o: dict[str, Any]) -> str:
-    counts = o.get("outcomes") or {}
+def _outcomes(o: OperatorSummary) -> str:
+    counts = o.outcomes or {}
     return ", ".join(f"{n} {k}" for k, n in sorted(counts.items(), key=lambda kv: -kv[1])) or "none"
 
 
-def _before_after(o: dict[str, Any]) -> str:
-    before, after = seconds(o.get("baseline_s")), seconds(o.get("best_s"))
-    if o.get("verified"):
-        head = f"{before} -> {after}: {o['speedup']:.2f}x faster, verified in a fresh process"
-        where = f", committed {o['commit'][:10]} to `{o['branch']}`" if o.get("commit") else ""
+def _before_after(o: OperatorSummary) -> str:
+    before, after = seconds(o.baseline_s), seconds(o.best_s)
+    speedup = o.speedup if o.speedup is not None else 1.0
+    if o.verified:
+        head = f"{before} -> {after}: {speedup:.2f}x faster, verified in a fresh process"
+        commit = o.winner.commit
+        where = f", committed {commit[:10]} to `{o.winner.branch}`" if commit else ""
         return head + where + "."
-    if o.get("speedup", 1.0) > 1.0:
-        return f"{before} -> {after} ({o['speedup']:.2f}x), not verified: nothing committed."
+    if speedup > 1.0:
+        return f"{before} -> {after} ({speedup:.2f}x), not verified: nothing committed."
     return f"{before}: no faster kernel found; nothing committed."
 
 
-def _peer_line(name: str, peers: dict[str, Any]) -> str:
+def _peer_line(name: str, peers: Peers) -> str:
     """--kope-peers' headline for one operator, or why there is none."""
     return str(peers.get("headline") or f"{name}: no peer comparison ({peers.get('error', 'none')})")
 
 
 def operator_section(
-    o: dict[str, Any], lessons: list[dict[str, Any]], budget: int | None = None
+    o: OperatorSummary, lessons: list[dict[str, Any]], budget: int | None = None
 ) -> list[str]:
     """report.md's section on one operator."""
-    lines = [f"## {o['name']}", ""]
-    why = (o.get("stopped") or {}).get("detail") or stop_text(o)
-    if "baseline_s" not in o:
-        what = f"Stopped on an error: {o['error']}" if "error" in o else f"Not optimized: {why}."
+    lines = [f"## {o.name}", ""]
+    why = (o.stopped or {}).get("detail") or stop_text(o)
+    if not o.baseline_judged:
+        what = f"Stopped on an error: {o.error}" if o.error is not None else f"Not optimized: {why}."
         return lines + [what, ""]
     of = f" of {budget}" if budget else ""
     lines += [
         _before_after(o),
         "",
-        f"- Evaluations: {o['evaluations']}{of}, best found at evaluation {o['evaluations_to_best']}"
-        f" ({duration(o.get('seconds'))})",
+        f"- Evaluations: {o.evaluations}{of}, best found at evaluation {o.evaluations_to_best}"
+        f" ({duration(o.seconds)})",
         f"- Outcomes: {_outcomes(o)}",
         f"- Why the search stopped: {why}",
     ]
-    if axes := o.get("exploration"):
+    if axes := o.exploration:
         lines.append(f"- Axes: {_axes_line(axes)}")
-    if busy := o.get("machine_busy"):
+    if busy := o.machine_busy:
         lines.append(
             f"- How busy the machine was: others used {busy['median']:.0%} of it during the median"
             f" timing, {busy['max']:.0%} at most ({busy['timings']} timings)"
         )
-    best = o.get("best") or {}
-    if best.get("idea") and o.get("speedup", 1.0) > 1.0:
+    best = o.best
+    if best and best.get("idea") and (o.speedup if o.speedup is not None else 1.0) > 1.0:
         params = " ".join(f"{k}={v}" for k, v in sorted((best.get("params") or {}).items()))
         lines.append(f"- Winner: {best['idea']}" + (f" (`{params}`)" if params else ""))
-    if o.get("peers"):
-        lines.append(f"- Next to the peers: {_peer_line(o['name'], o['peers'])}")
-    if o.get("note") and not (o.get("commit") and o["note"].startswith("committed")):
-        lines.append(f"- Note: {o['note']}")
+    if o.published.peers:
+        lines.append(f"- Next to the peers: {_peer_line(o.name, o.published.peers)}")
+    if o.note and not (o.winner.commit and o.note.startswith("committed")):
+        lines.append(f"- Note: {o.note}")
     if lessons:
         lines += ["", "Lessons that mattered:", ""]
         lines += [f"- {lesson['text']} (value {lesson['value']:.2f})" for lesson in lessons]
@@ -131,8 +134,8 @@ def operator_section(
 
 
 def markdown(data: dict[str, Any]) -> str:
-    """report.md: the run for people."""
-    operators = data.get("operators", [])
+    """report.md: the run for people, from report.json's data (its operators read back typed)."""
+    operators = [OperatorSummary.from_json(o) for o in data.get("operators", [])]
     time_budget = data.get("time_budget_minutes")
     search = (
         f"budget {data['budget']} evaluations per operator, patience {data.get('patience', '-')}, "
@@ -150,7 +153,7 @@ def markdown(data: dict[str, Any]) -> str:
         final_table(operators, fmt="github"),
         "",
     ]
-    peers = [(o["name"], o["peers"]) for o in operators if o.get("peers")]
+    peers = [(o.name, o.published.peers) for o in operators if o.published.peers]
     if peers:  # --kope-peers
         lines += [
             "Next to the kernel-only peers (measured after verification; informational, not judged):",
@@ -163,7 +166,7 @@ def markdown(data: dict[str, Any]) -> str:
     lines += _usage_section(data)
     lessons = data.get("lessons") or {}
     for o in operators:
-        lines += operator_section(o, lessons.get(o["name"], []), data.get("budget"))
+        lines += operator_section(o, lessons.get(o.name, []), data.get("budget"))
     return "\n".join(lines).rstrip() + "\n"
 
 

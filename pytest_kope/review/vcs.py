@@ -61,6 +61,8 @@ class Vcs:
 
     def __init__(self, repo: git.Repo):
         self.repo = repo
+        if repo.working_tree_dir is None:  # a bare repository: no working tree to commit from
+            raise TypeError("a bare git repository has no working tree")
         self.top = Path(repo.working_tree_dir)
         self.base = repo.head.commit.hexsha  # the commit the run started from
         self.common = Path(repo.common_dir)
@@ -139,7 +141,8 @@ class Vcs:
 
     def rev(self, ref: str) -> str | None:
         try:
-            return self.repo.git.rev_parse("--verify", "-q", f"{ref}^{{commit}}")
+            sha: str = self.repo.git.rev_parse("--verify", "-q", f"{ref}^{{commit}}")
+            return sha
         except git.GitCommandError:
             return None
 
@@ -155,8 +158,10 @@ class Vcs:
         return f"branch refs/heads/{branch}" in listing.splitlines()
 
     def trailers(self, sha: str) -> dict[str, str]:
-        found = {}
-        for line in self.repo.commit(sha).message.splitlines():
+        found: dict[str, str] = {}
+        message = self.repo.commit(sha).message  # str: GitPython decodes it (bytes in its types only)
+        text = message if isinstance(message, str) else message.decode("utf-8", "replace")
+        for line in text.splitlines():
             key, sep, value = line.partition(": ")
             if sep and key.startswith("Kope-"):
                 found[key] = value.strip()
@@ -174,7 +179,8 @@ class Vcs:
 
     def changed_between(self, old: str, new: str, paths: Sequence[Path]) -> list[str]:
         rels = [str(Path(p).resolve().relative_to(self.top.resolve())) for p in paths]
-        return self.repo.git.diff("--name-only", old, new, "--", *rels).split()
+        names: str = self.repo.git.diff("--name-only", old, new, "--", *rels)
+        return names.split()
 
     def foreign_commits(self, since: str, tip: str) -> list[str]:
         """Commits in since..tip that pytest-kope did not make (reviewers' fix-ups)."""

@@ -14,6 +14,8 @@ from ..judge.controller import plaincheck
 from ..judge.outcome import Outcome
 from ..memory.observe import last_committed
 from ..review import report
+from ..review.publish import VerifiedWinner
+from ..review.summary import MachineBusy, OperatorSummary, Published, TimedRtol, Winner
 from .decide import verify
 from .progress import Progress
 
@@ -42,14 +44,16 @@ class Operand(Protocol):
     def fault(self, j: Judged) -> None: ...
 
 
-def conclude(s: Run, loop: Operand, p: Progress, seconds: float) -> dict[str, Any]:
+def conclude(s: Run, loop: Operand, p: Progress, seconds: float) -> OperatorSummary:
     """Verify and commit the incumbent (if it is not the baseline); the operator's summary."""
     op = loop.op
     verified: Judged | None = None
-    branch = commit = None
+    winner = Winner()
     note = ""
     earlier = last_committed(s.graph, loop.task)  # before this run commits anything
-    extra: dict[str, Any] = {"timed_rtol": dict(zip(("rtol", "from"), loop.judge.timed_rtol, strict=True))}
+    rtol, rtol_from = loop.judge.timed_rtol
+    timed_rtol: TimedRtol = {"rtol": rtol, "from": rtol_from}
+    plain: list[dict[str, Any]] = []  # each plain pytest run on a file to commit
     if p.incumbent is not p.baseline and not s.clock.can_verify():
         note = (
             f"not verified: the time budget ran out ({max(0.0, s.clock.left()):.0f} s left, "
@@ -57,51 +61,46 @@ def conclude(s: Run, loop: Operand, p: Progress, seconds: float) -> dict[str, An
         )
     elif p.incumbent is not p.baseline:
         started = time.monotonic()
-        verified, baked, note = _verify_or_runner_up(s, loop, p, extra)
+        verified, baked, note = _verify_or_runner_up(s, loop, p, plain)
         s.clock.verifies.append(time.monotonic() - started)
         if verified is not None:
             s.publisher.measure_peers(op, baked)  # --kope-peers, before the PR body is written
         if verified is not None and s.vcs is not None:
-            branch, commit, note = s.publisher.commit(
-                op, verified, p.baseline, p.history, loop.hw, loop.plan.files, baked
-            )
-            if branch and commit:
-                s.graph.mark_committed(loop.task, verified.candidate.hash, branch, commit)
+            made = VerifiedWinner(op, verified, p.baseline, p.history, loop.hw)
+            winner.branch, winner.commit, note = s.publisher.commit(made, loop.plan.files, baked)
+            if winner.branch and winner.commit:
+                s.graph.mark_committed(loop.task, verified.candidate.hash, winner.branch, winner.commit)
         elif verified is not None:
             note = f"verified, not committed: {s.no_commit_why}"
-        if verified is not None and branch is None:  # on no branch: the file a commit would hold
-            kept = s.run_dir / op.name / Path(op.source).name
-            kept.parent.mkdir(parents=True, exist_ok=True)
-            kept.write_text(baked)
-            extra["winner_file"] = str(kept)
-            note += f"; the winner's file (its values baked in) is {kept}"
-    summary = report.operator_summary(
-        op,
-        p.baseline,
-        verified or p.incumbent,
-        verified is not None,
-        p.rule.evaluations,
-        p.best_at,
-        p.history,
-        branch,
-        commit,
-        note,
-        seconds,
-    )
-    summary.update(extra)
-    if busy := _machine_busy([*p.history, *([verified] if verified else [])]):
-        summary["machine_busy"] = busy
+        if verified is not None and winner.branch is None:  # on no branch: the file a commit would hold
+            winner.file = str(_keep(s, op, baked))
+            note += f"; the winner's file (its values baked in) is {winner.file}"
     if verified is not None and earlier and earlier["candidate_hash"] == verified.candidate.hash:
         # an earlier run's winner, verified again: not a new winner, whatever its branch gets now
-        summary["already_committed"] = {k: earlier.get(k) for k in ("branch", "commit")}
-    summary.update(s.publisher.after(op.name, summary))
+        winner.already_committed = {"branch": earlier.get("branch"), "commit": earlier.get("commit")}
+    summary = report.operator_summary(
+        op=op, search=p.searched(), verified=verified, winner=winner, note=note, seconds_spent=seconds
+    )
+    summary.timed_rtol = timed_rtol
+    summary.plain_pytest = plain[-1] if plain else None
+    summary.machine_busy = _machine_busy([*p.history, *([verified] if verified else [])])
+    # publish.py's contract is a dict: it reads the entry's candidates and hands back its own keys
+    summary.published = Published.from_json(s.publisher.after(op.name, summary.to_json()))
     if note:
         loop.say(note)
     return summary
 
 
+def _keep(s: Run, op: Operator, baked: str) -> Path:
+    """The winner's file where no branch holds it: `.kope/runs/<run-id>/<operator>/<source name>`."""
+    kept = s.run_dir / op.name / Path(op.source).name
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    kept.write_text(baked)
+    return kept
+
+
 def _verify_committed(
-    s: Run, loop: Operand, p: Progress, extra: dict[str, Any]
+    s: Run, loop: Operand, p: Progress, plain_runs: list[dict[str, Any]]
 ) -> tuple[Judged | None, str, str]:
     """(verified winner, the file to commit, note). The toolchain writes the winning values into the
     source (`Toolchain.bake`), and that file, the one a merge delivers, is what the fresh processes
@@ -120,7 +119,7 @@ def _verify_committed(
             loop.say(line)
     verified.candidate = inc  # measured as the committed file; named as the search found it
     plain = plaincheck.run(loop.plan, loop.op.source, baked, *((s.vcs.top, s.vcs.base) if s.vcs else ()))
-    extra["plain_pytest"] = plain.to_json()
+    plain_runs.append(plain.to_json())
     loop.say(plain.line())
     if not plain.ok:  # judged correct, yet wrong where the user runs it: incorrect
         p.incumbent.outcome = Outcome.INCORRECT
@@ -129,7 +128,7 @@ def _verify_committed(
     return verified, baked, note
 
 
-def _machine_busy(judged: list[Judged]) -> dict[str, Any] | None:
+def _machine_busy(judged: list[Judged]) -> MachineBusy | None:
     """How much of the machine others used during the operator's timings (`judge/measure/contention.py`)."""
     seen = sorted(t.busy for j in judged for t in j.timings if t.busy is not None)
     if not seen:
@@ -138,17 +137,17 @@ def _machine_busy(judged: list[Judged]) -> dict[str, Any] | None:
 
 
 def _verify_or_runner_up(
-    s: Run, loop: Operand, p: Progress, extra: dict[str, Any]
+    s: Run, loop: Operand, p: Progress, plain_runs: list[dict[str, Any]]
 ) -> tuple[Judged | None, str, str]:
     """`_verify_committed`; when the winner is found wrong on inputs it had never seen (drawn calls
     land in a narrow band of a cheat only in some runs), the runner-up is verified in its place."""
-    verified, baked, note = _verify_committed(s, loop, p, extra)
+    verified, baked, note = _verify_committed(s, loop, p, plain_runs)
     for _ in range(FALLBACKS):
         if verified is not None or (runner_up := _runner_up(p, s.settings.min_gain)) is None:
             break
         loop.say(f"{note[:200]}; verifying the runner-up {runner_up.candidate.short} instead")
         p.incumbent = runner_up
-        verified, baked, note = _verify_committed(s, loop, p, extra)
+        verified, baked, note = _verify_committed(s, loop, p, plain_runs)
     return verified, baked, note
 
 

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..judge.controller import sandbox
 from ..review import report
+from ..review.summary import OperatorSummary, Winner
 from ..stopping import Stop, stopped
 
 if TYPE_CHECKING:
@@ -96,36 +97,28 @@ class Interruption:
         )
 
 
-def interrupted_summary(name: str, loop: OperatorLoop | None) -> dict[str, Any]:
+def interrupted_summary(name: str, loop: OperatorLoop | None) -> OperatorSummary:
     """The report's entry for an operator the interruption found unfinished: its search so far, its
     best not verified, or only that it stopped before its baseline was judged."""
     p = loop.progress if loop is not None else None
     if loop is None or p is None:
         why = "interrupted before its baseline was judged"
-        return {"name": name, "verified": False, "stopped": stopped(Stop.INTERRUPTED, why)}
+        return OperatorSummary(name=name, verified=False, stopped=stopped(Stop.INTERRUPTED, why))
     seconds = time.monotonic() - loop.started
     note = "interrupted: the best so far is not verified; the next run resumes from it"
     summary = report.operator_summary(
-        loop.op,
-        p.baseline,
-        p.incumbent,
-        False,
-        p.rule.evaluations,
-        p.best_at,
-        p.history,
-        None,
-        None,
-        note,
-        seconds,
+        op=loop.op, search=p.searched(), verified=None, winner=Winner(), note=note, seconds_spent=seconds
     )
-    summary["flaky_tests"] = loop.flaky
-    summary["stopped"] = stopped(Stop.INTERRUPTED, f"interrupted after {p.rule.evaluations} evaluation(s)")
+    summary.flaky_tests = loop.flaky
+    summary.stopped = stopped(Stop.INTERRUPTED, f"interrupted after {p.rule.evaluations} evaluation(s)")
     return summary
 
 
 def not_started(runs: list[OperatorRun]) -> None:
     """Operators the interruption kept from starting: said so in their summaries."""
     for run in runs:
-        if not run.summary:
+        if run.summary is None:
             why = "not started: the run was interrupted"
-            run.summary = {"name": run.op.name, "verified": False, "stopped": stopped(Stop.INTERRUPTED, why)}
+            run.summary = OperatorSummary(
+                name=run.op.name, verified=False, stopped=stopped(Stop.INTERRUPTED, why)
+            )

@@ -35,6 +35,7 @@ from .progress import Progress
 
 if TYPE_CHECKING:
     from ..memory.recall import Recall
+    from ..review.summary import OperatorSummary
     from .run import OperatorRun, Run
 
 
@@ -113,7 +114,7 @@ class OperatorLoop:
         self.flaky: list[str] = []
         self.progress: Progress | None = None  # the search so far: what an interrupted run reports
 
-    def run(self) -> dict[str, Any]:
+    def run(self) -> OperatorSummary:
         """Baseline, search, then verify and commit; the operator's summary. However it ends (an
         interruption too), the judge closes: its children, servers and temporary folders are gone."""
         try:
@@ -130,15 +131,15 @@ class OperatorLoop:
             if why["reason"] != Stop.NOT_TIMED:
                 self.say(f"search stopped: {why['detail']}")
             summary = conclude(self.s, self, p, time.monotonic() - self.started)
-            summary["flaky_tests"] = self.flaky  # the tests to fix, with the seeds that show it
-            summary["seconds"] = round(time.monotonic() - self.started, 1)  # verification included
-            summary["fixed_input_tests"] = baseline.fixed_inputs  # tests that make their own inputs
-            summary["stopped"] = why
+            summary.flaky_tests = self.flaky  # the tests to fix, with the seeds that show it
+            summary.seconds = round(time.monotonic() - self.started, 1)  # verification included
+            summary.fixed_input_tests = baseline.fixed_inputs  # tests that make their own inputs
+            summary.stopped = why
             explored = self.s.agent.exploration(self.op.name)
             if explored is not None:  # which axes the search tried around its incumbent, and which not
-                summary["exploration"] = explored.to_json()
+                summary.exploration = explored.to_json()
             if why["reason"] == Stop.ERROR:  # the search itself failed: the run's status says so
-                summary["search_failed"] = why["detail"]
+                summary.search_failed = why["detail"]
             return summary
         finally:
             for note in self.judge.notes:

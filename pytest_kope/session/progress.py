@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..judge.outcome import Judged, Outcome
+from ..review.summary import Searched
 from ..stopping import StopRule
 
 
@@ -31,3 +32,7 @@ class Progress:
             self.history.append(j)
             if j.outcome == Outcome.BETTER:
                 self.incumbent, self.best_at = j, i
+
+    def searched(self) -> Searched:
+        """The search so far as the operator's summary tells it."""
+        return Searched(self.baseline, self.incumbent, self.history, self.rule.evaluations, self.best_at)

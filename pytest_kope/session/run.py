@@ -6,13 +6,14 @@ agent (`dataclasses.replace`); nothing else differs between operators."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 
 from ..operator import Operator
+from ..review.summary import OperatorSummary
 from ..settings import Settings
 from ..stopping import RunClock
 
@@ -31,7 +32,7 @@ class OperatorRun:
 
     op: Operator
     items: list[pytest.Item]
-    summary: dict[str, Any] = field(default_factory=dict)
+    summary: OperatorSummary | None = None  # None until the operator ended, or was kept from starting
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from ..memory.opening import GraphGuard
 from ..operator import operator_of, same_operator
 from ..paths import ensure_kope_dir, kope_home
 from ..review import report, report_formats
+from ..review.summary import OperatorSummary
 from ..scheduler import each
 from ..settings import Settings
 from ..stopping import RunClock, Slot, Stop, stopped
@@ -172,7 +173,7 @@ class KopeSession:
             pass  # each operator's summary says where the interruption found it
         if stop.why:
             not_started(runs)
-        session.testsfailed = sum("error" in run.summary or "search_failed" in run.summary for run in runs)
+        session.testsfailed = sum(run.summary is not None and run.summary.failed for run in runs)
         self._finish()
         if stop.why:
             session.shouldstop = stop.ending()  # pytest's closing "stopped" line
@@ -194,39 +195,37 @@ class KopeSession:
         Under --kope-concurrency each runs in a thread of its own, with its own agent (`view`)."""
         # an operator's minimum: one round that keeps each correctness worker busy once
         slot = self.clock.slot(left, self.settings.jobs) if self.clock.limited else None
-        self._one(run, slot)
+        summary = run.summary = self._one(run, slot)
         faults = self.concurrency.faults.get(run.op.name)
         if faults:
-            run.summary["infrastructure_faults"] = faults
+            summary.infrastructure_faults = faults
+        # the hook's `summary` is a plain dict, report.json's entry: a contract with users' plugins
         self.config.hook.pytest_kope_operator_done(
-            operator=run.op.name, summary=run.summary, config=self.config
+            operator=run.op.name, summary=summary.to_json(), config=self.config
         )
 
-    def _one(self, run: OperatorRun, slot: Slot | None) -> None:
-        """Optimize one operator into `run.summary` (an "error" in it when it stopped on one)."""
+    def _one(self, run: OperatorRun, slot: Slot | None) -> OperatorSummary:
+        """Optimize one operator; its summary (`error` set when it stopped on one). Interrupted, it
+        leaves in `run.summary` where the interruption found it, and raises on."""
         name = run.op.name
         if self.clock.limited and slot is None:
             why = f"the time budget ({self.clock.minutes:g} min) ran out before it began"
             self.say(f"kope {name}: not started: {why}")
-            run.summary = {"name": name, "verified": False, "stopped": stopped(Stop.NOT_REACHED, why)}
-            return
+            return OperatorSummary(name=name, verified=False, stopped=stopped(Stop.NOT_REACHED, why))
         loop = None
         try:
             with self.graph_guard.failing():
                 own = replace(self.run, agent=self.concurrency.own_agent(self.config, self.run.agent))
                 loop = OperatorLoop(own, run, slot)
-                run.summary = loop.run()
+                return loop.run()
         except Interrupted:
             run.summary = interrupted_summary(name, loop)
             raise
         except KopeError as e:  # BaselineBroken, an unavailable toolchain, no correctness tests
             self.say(f"kope {name}: STOPPED: {e}", red=True)
-            run.summary = {
-                "name": name,
-                "error": str(e),
-                "verified": False,
-                "stopped": stopped(Stop.ERROR, str(e)),
-            }
+            return OperatorSummary(
+                name=name, error=str(e), verified=False, stopped=stopped(Stop.ERROR, str(e))
+            )
 
     # -- setup -----------------------------------------------------------------------------------
     def _start(self) -> None:
@@ -341,18 +340,20 @@ class KopeSession:
         usage = self.concurrency.close(self.agent)
         with self.graph_guard.surviving():  # a graph failing now must not cost the run its report
             self.graph.finish_run(self.run_id, usage)
-        data = self._report_data(usage)
+        summaries = [r.summary for r in self.operators.values() if r.summary is not None]
+        data = self._report_data(usage, summaries)
         paths = report_formats.write(self.run_dir, data, self.settings.report)
         if self.tw is not None:
             self.tw.write_sep("=", "kope: results")
-            self.tw.write_line(report.final_table(data["operators"]))
+            self.tw.write_line(report.final_table(summaries))
             self.tw.write_line(f"kope: report {report_formats.said(paths)}")
-            report.install_closing_line(self.tw, data["operators"])
+            report.install_closing_line(self.tw, summaries)
         with self.graph_guard.surviving():
             self.graph.checkpoint()  # the WAL folded into the file, so a CI cache of experience.db is whole
         self.graph.close()
 
-    def _report_data(self, usage: dict[str, Any]) -> dict[str, Any]:
+    def _report_data(self, usage: dict[str, Any], summaries: list[OperatorSummary]) -> dict[str, Any]:
+        """report.json's data, what every report format renders (`report_formats.FORMATS`)."""
         from ..memory.lessons import learned_in_run
 
         s = self.settings
@@ -376,6 +377,6 @@ class KopeSession:
             "usage": usage,
             "executor": s.executor,
             "concurrency": s.concurrency,
-            "operators": [r.summary for r in self.operators.values()],
+            "operators": [o.to_json() for o in summaries],
             "lessons": lessons,
         }

@@ -26,7 +26,7 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,7 @@ from ..errors import BuildError, SpecError, ToolchainMissing
 from ..hardware import cpu_fingerprint
 from ..spec import FLAGS, KernelSpec, bake_defaults
 from . import devices
-from .base import IN, INOUT, OUT, SCALAR, Availability, Kernel, KernelFunction, Timer, ToolchainBase
+from .base import IN, INOUT, OUT, SCALAR, Arg, Availability, Kernel, KernelFunction, Timer, ToolchainBase
 from .cdefines import write_defines
 from .pylaunch import kernel_args, parse_kernel
 from .screening import screen_c_source
@@ -155,7 +155,7 @@ def build_commands(
     return [["bash", "-c", f'source "{set_env}" >/dev/null && exec "$@"', "kope-ascendc", *c] for c in cmds]
 
 
-def cpu_shim(name: str, args: tuple, types: Mapping[str, str]) -> str:
+def cpu_shim(name: str, args: tuple[Arg, ...], types: Mapping[str, str]) -> str:
     """C++ entry `kope_cpu_<name>(blockDim, buf, nbytes, ..., scalars)` running the kernel with ICPU_RUN_KF."""
     params, kparams, body, after, call = ["uint32_t block_dim"], [], [], [], []
     for a in args:
@@ -231,7 +231,7 @@ class AscendCToolchain(ToolchainBase):
 
     def fingerprint(self) -> dict[str, Any]:
         home, _, tools = self._cann()
-        found = devices.npu_devices() if home else {"ok": False}
+        found: dict[str, Any] = devices.npu_devices() if home else {"ok": False}
         return {
             **cpu_fingerprint(),
             "toolchain": self.name,
@@ -304,12 +304,12 @@ class AscendCToolchain(ToolchainBase):
         import torch
         import torch_npu  # noqa: F401
 
-        return devices.event_timer(torch.npu, "npu")
+        return devices.event_timer(getattr(torch, "npu"), "npu")  # noqa: B009 - torch_npu adds it, torch's types do not know
 
 
 def _launcher(
-    lib_path: Path, name: str, args: tuple, types: Mapping[str, str], block_dim: int, kind: str
-) -> Any:
+    lib_path: Path, name: str, args: tuple[Arg, ...], types: Mapping[str, str], block_dim: int, kind: str
+) -> Callable[..., None]:
     """A Python callable for one kernel: NPU tensors through aclrtlaunch_<name>, or numpy through the shim."""
     import cffi
 
@@ -328,7 +328,8 @@ def _launcher(
         if kind == "npu":
             import torch
 
-            stream = ffi.cast("void *", torch.npu.current_stream().npu_stream)
+            npu = getattr(torch, "npu")  # noqa: B009 - torch_npu adds it, torch's types do not know
+            stream = ffi.cast("void *", npu.current_stream().npu_stream)
             flat = [ffi.cast("void *", v.data_ptr()) if a.role != SCALAR else v for a, v in zip(args, values)]
             ret = getattr(lib, f"aclrtlaunch_{name}")(block_dim, stream, *flat)
         else:

@@ -119,7 +119,7 @@ class TritonAscendToolchain(TritonToolchain):
         )
 
     def fingerprint(self) -> dict[str, Any]:
-        found = self._devices() if not self._missing() else {"ok": False}
+        found: dict[str, Any] = self._devices() if not self._missing() else {"ok": False}
         fp: dict[str, Any] = {
             **cpu_fingerprint(),
             "toolchain": self.name,
@@ -166,7 +166,7 @@ class TritonAscendToolchain(TritonToolchain):
         import torch
         import torch_npu  # noqa: F401
 
-        return devices.event_timer(torch.npu, "npu")
+        return devices.event_timer(getattr(torch, "npu"), "npu")  # noqa: B009 - torch_npu adds it, torch's types do not know
 
     def count_devices(self) -> int:
         return int(self._devices().get("count", 0)) if self.mode() == "npu" else 0
@@ -195,6 +195,9 @@ except Exception as e:
         print(json.dumps({"fail": f"{type(e).__name__}: {e}".strip()}))
 """
 
+# a kernel, its Triton signature (argument -> type) and constexpr values: one lowering check
+_GateKey = tuple[str, tuple[tuple[str, str], ...], tuple[tuple[str, Any], ...]]
+
 
 class AscendGate:
     """Compiles a kernel for an Ascend target, as far as this machine allows, once per signature.
@@ -205,16 +208,18 @@ class AscendGate:
 
     def __init__(self, path: Path, cache_dir: Path, target: str | None = None):
         self.path, self.cache_dir, self.target = Path(path), Path(cache_dir), target or gate_target()
-        self.passed: dict[tuple, str] = {}
+        self.passed: dict[_GateKey, str] = {}  # launches checked -> the stage reached
 
-    def check(self, name: str, fn: Any, args: tuple, kwargs: dict[str, Any]) -> None:
+    def check(self, name: str, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         signature, constants = self.describe(fn, args, kwargs)
         key = (name, tuple(signature.items()), tuple(sorted(constants.items(), key=str)))
         if key not in self.passed:
             self.passed[key] = self.lower(name, signature, constants)
 
     @staticmethod
-    def describe(fn: Any, args: tuple, kwargs: dict[str, Any]) -> tuple[dict[str, str], dict[str, Any]]:
+    def describe(
+        fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[dict[str, str], dict[str, Any]]:
         """Triton's signature (name -> type) and constexpr values of one launch of Python function `fn`."""
         import inspect
 

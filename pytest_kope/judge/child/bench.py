@@ -106,13 +106,9 @@ class Bench:
         gain = self.session.min_gain
         with contention.Window() as load:  # how busy the machine was meanwhile
             paired = timing.measure_paired(
-                ref.functions[fn.name].raw,
-                fn.raw,
-                args,
-                clock,
-                sync,
-                roles=roles,
-                rtol=self.session.rtol,
+                timing.KernelPair(ref.functions[fn.name].raw, fn.raw, self.session.rtol),
+                timing.CallArgs(args, roles),
+                timing.Clock(clock, sync),
                 stop=timing.decided(gain) if gain is not None else None,
                 rotation=rotation,
                 between=lambda candidate: _unchanged(

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from ...toolchains.base import IN, OUT, SCALAR, KernelFunction
+from ...toolchains.base import IN, OUT, SCALAR, Arg, KernelFunction
 from .. import arrays
 from . import callfiles, drawing, overlap
 from .guards import Call, SettleLater
@@ -51,6 +51,7 @@ MAX_CALL_BYTES = 16 << 20
 MAX_TOTAL_BYTES = 96 << 20
 MAX_CALLS = 64
 SETTLE_BATCH_BYTES = 64 << 20  # replay buffers held for one settle check before they are written
+_Pending = list[tuple[dict[str, Any], list[tuple[Any, ...]], list[int]]]  # entry, argument sets, written
 
 
 @dataclass
@@ -73,7 +74,7 @@ class Recorder:
         self.test = ""
         self.bytes = 0
 
-    def __call__(self, fn: KernelFunction, values: tuple, inputs: dict[int, np.ndarray]) -> None:
+    def __call__(self, fn: KernelFunction, values: tuple[Any, ...], inputs: dict[int, np.ndarray]) -> None:
         scalars = {i: _plain(v) for i, (a, v) in enumerate(zip(fn.args, values)) if a.role == SCALAR}
         size = sum(int(getattr(v, "nbytes", 0)) for v in values)
         if (
@@ -83,10 +84,10 @@ class Recorder:
             or any(v is None for v in scalars.values())
         ):
             return
-        outputs = {}
+        outputs: dict[int, tuple[tuple[int, ...], str]] = {}
         for i, (a, v) in enumerate(zip(fn.args, values)):
             if a.role == OUT:
-                h = arrays.host(v)
+                h = arrays.host_array(v)
                 outputs[i] = (tuple(h.shape), h.dtype.str)
         kinds = {i: arrays.kind(v) for i, (a, v) in enumerate(zip(fn.args, values)) if a.role != SCALAR}
         self.calls.append(Recorded(fn, self.test, inputs, outputs, scalars, kinds))
@@ -121,13 +122,14 @@ class Recorder:
                 inputs = {i: _transform(x, factor, offset) for i, x in call.inputs.items()}
                 values = _values(call, inputs)
                 call.function.raw(*values)
-                outputs = {i: arrays.host_copy(values[i]) for i in _written(call)}
+                outputs = {i: arrays.host_array(values[i], copy=True) for i in _written(call)}
                 if t > 0 and not all(np.isfinite(o).all() for o in outputs.values() if o.dtype.kind == "f"):
                     continue  # the committed kernel itself breaks here: not held against a candidate
                 key = f"{c}-{t}"
                 for i, x in inputs.items():
                     stream.write(f"{key}-a{i}", x)
-                np.savez(folder / "expected" / f"{key}.npz", **{f"a{i}": o for i, o in outputs.items()})
+                named = {f"a{i}": o for i, o in outputs.items()}  # allow_pickle=True: the default, for mypy
+                np.savez(folder / "expected" / f"{key}.npz", allow_pickle=True, **named)
                 manifest.append(
                     {
                         "key": key,
@@ -178,7 +180,7 @@ def _replay(
     folder: Path, functions: Mapping[str, Any], results: callfiles.Stream, pool: ThreadPoolExecutor
 ) -> list[str]:
     problems: list[str] = []
-    pending: list[tuple[dict[str, Any], list[tuple], list[int]]] = []
+    pending: _Pending = []
     settle, held, race_deadline = SettleLater(), 0, time.monotonic() + overlap.RACE_SECONDS
     manifest = json.loads((folder / "manifest.json").read_text())
     recorded = callfiles.read(folder, "inputs", _input_layouts(manifest))
@@ -197,8 +199,8 @@ def _replay(
             errors = _call_all(fn, sets[:1] + ([] if together else sets[1:]))
         errors += _call_together(fn, together, pool)
         if entry["key"] in racing and not errors:
-            values = functools.partial(_replay_values, fn.function.args, entry)
-            errors = overlap.pairs_agree(fn, values, inputs, sets[0], written, pool, race_deadline)
+            values_of = functools.partial(_replay_values, fn.function.args, entry)
+            errors = overlap.pairs_agree(fn, values_of, inputs, sets[0], written, pool, race_deadline)
         if errors:
             problems.append(f"{_where(entry)}: {errors[0]}")
             continue
@@ -222,7 +224,7 @@ def _input_layouts(manifest: list[dict[str, Any]]) -> dict[str, callfiles.Layout
 
 def _settled(
     settle: SettleLater,
-    pending: list[tuple[dict[str, Any], list[tuple], list[int]]],
+    pending: _Pending,
     results: callfiles.Stream,
 ) -> list[str]:
     """Check that the pending calls' outputs stayed put (one wait for all), then write them."""
@@ -245,14 +247,14 @@ def _grad_mode(mode: str | None) -> Any:
     return getattr(torch, mode)()
 
 
-def _call_all(fn: Any, sets: list[tuple]) -> list[str]:
+def _call_all(fn: Any, sets: list[tuple[Any, ...]]) -> list[str]:
     for values in sets:
         if errors := overlap.call_named(fn, values):
             return errors
     return []
 
 
-def _call_together(fn: Any, sets: list[tuple], pool: ThreadPoolExecutor) -> list[str]:
+def _call_together(fn: Any, sets: list[tuple[Any, ...]], pool: ThreadPoolExecutor) -> list[str]:
     """Call `fn` on every set at the same time, one thread each (kernels release the GIL)."""
     if not sets:
         return []
@@ -331,11 +333,12 @@ def _peak(arrays_in: Any) -> float:
 
 def _transform(x: np.ndarray, factor: float, offset: float) -> np.ndarray:
     if x.dtype.kind != "f" or (factor == 1.0 and offset == 0.0):
-        return x.copy()
+        same: np.ndarray = x.copy()
+        return same
     return arrays.scaled(x, factor, offset * (_magnitude(x) or 1.0))
 
 
-def _values(call: Recorded, inputs: dict[int, np.ndarray]) -> tuple:
+def _values(call: Recorded, inputs: dict[int, np.ndarray]) -> tuple[Any, ...]:
     values: list[Any] = []
     for i, a in enumerate(call.function.args):
         if a.role == SCALAR:
@@ -348,7 +351,9 @@ def _values(call: Recorded, inputs: dict[int, np.ndarray]) -> tuple:
     return tuple(values)
 
 
-def _replay_values(args: tuple, entry: dict[str, Any], inputs: dict[int, np.ndarray]) -> tuple:
+def _replay_values(
+    args: tuple[Arg, ...], entry: dict[str, Any], inputs: dict[int, np.ndarray]
+) -> tuple[Any, ...]:
     values: list[Any] = []
     for i, a in enumerate(args):
         if a.role == SCALAR:
@@ -375,7 +380,7 @@ def _reentrant(call: Recorded, inputs: dict[int, np.ndarray], expected: dict[int
     except Exception:  # not thread-safe after all: replays stay one at a time
         return False
     return all(
-        not arrays.mismatch(arrays.host_copy(values[i]), want, 1e-6)
+        not arrays.mismatch(arrays.host_array(values[i], copy=True), want, 1e-6)
         for values in sets
         for i, want in expected.items()
     )
@@ -389,5 +394,6 @@ def _plain(v: Any) -> int | float | bool | None:
     if isinstance(v, (bool, int, float)):
         return v
     if hasattr(v, "item") and re.match(r"^[iufb]", getattr(getattr(v, "dtype", None), "kind", "") or ""):
-        return v.item()
+        item: int | float | bool = v.item()
+        return item
     return None

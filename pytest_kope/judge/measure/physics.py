@@ -287,7 +287,9 @@ class Ceilings:
         spreads = tuple(figures[s][3] for s in sizes)
         return Ceilings(
             tuple(sizes),
-            *(tuple(figures[s][k] for s in sizes) for k in range(3)),
+            tuple(figures[s][0] for s in sizes),
+            tuple(figures[s][1] for s in sizes),
+            tuple(figures[s][2] for s in sizes),
             max(self.gflops, other.gflops),
             max(self.threads, other.threads),
             self.caches or other.caches,
@@ -306,7 +308,9 @@ class Ceilings:
         try:
             caps = cls(
                 tuple(int(s) for s in data["sizes"]),
-                *(tuple(float(x) for x in data[k]) for k in ("read", "write", "copy")),
+                tuple(float(x) for x in data["read"]),
+                tuple(float(x) for x in data["write"]),
+                tuple(float(x) for x in data["copy"]),
                 float(data["gflops"]),
                 int(data.get("threads", 0)),
                 {str(k): int(v) for k, v in dict(data.get("caches", {})).items()},

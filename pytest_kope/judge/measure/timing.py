@@ -71,7 +71,14 @@ def decided(min_gain: float) -> Stop:
     return stop
 
 
-def _run(fn: Call, sets: list[tuple], start: int, n: int, clock, sync) -> float:
+def _run(
+    fn: Call,
+    sets: list[tuple[object, ...]],
+    start: int,
+    n: int,
+    clock: Callable[[], float],
+    sync: Callable[[], object],
+) -> float:
     sync()
     t0 = clock()
     for i in range(n):
@@ -83,8 +90,8 @@ def _run(fn: Call, sets: list[tuple], start: int, n: int, clock, sync) -> float:
 def calibrate(
     fn: Call,
     rotation: Rotation,
-    clock,
-    sync,
+    clock: Callable[[], float],
+    sync: Callable[[], object],
     budget: Budget,
     lazy: bool = False,
     spent: list[float] | None = None,
@@ -126,7 +133,12 @@ def calibrate(
 
 
 def measure(
-    fn: Call, args: Sequence[object], clock, sync, budget: Budget = PLAIN, roles: Sequence[str] | None = None
+    fn: Call,
+    args: Sequence[object],
+    clock: Callable[[], float],
+    sync: Callable[[], object],
+    budget: Budget = PLAIN,
+    roles: Sequence[str] | None = None,
 ) -> Stats:
     """Time one kernel call: warm-up, calibrated rounds, the median per call."""
     rotation = Rotation(args, roles)
@@ -139,6 +151,31 @@ def measure(
         spent += took
         r += 1
     return Stats.of(per_call, n)
+
+
+@dataclass(frozen=True)
+class KernelPair:
+    """The kernels a paired timing compares, and the rtol within which their timed outputs must agree."""
+
+    reference: Call
+    candidate: Call
+    rtol: float = arrays.DEFAULT_RTOL
+
+
+@dataclass(frozen=True)
+class CallArgs:
+    """The arguments of the timed call, and their roles (IN, OUT, INOUT, SCALAR; None: arrays read only)."""
+
+    values: Sequence[object]
+    roles: Sequence[str] | None = None
+
+
+@dataclass(frozen=True)
+class Clock:
+    """How a timing reads time: `now` in seconds, `sync` waits for queued device work (no-op on a CPU)."""
+
+    now: Callable[[], float]
+    sync: Callable[[], object]
 
 
 @dataclass(frozen=True)
@@ -156,14 +193,10 @@ class Paired:
 
 
 def measure_paired(
-    reference: Call,
-    candidate: Call,
-    args: Sequence[object],
-    clock,
-    sync,
+    pair: KernelPair,
+    args: CallArgs,
+    clock: Clock,
     budget: Budget = PAIRED,
-    roles: Sequence[str] | None = None,
-    rtol: float = arrays.DEFAULT_RTOL,
     stop: Stop | None = None,
     rotation: Rotation | None = None,
     between: Callable[[bool], None] = lambda candidate_ran: None,
@@ -174,21 +207,24 @@ def measure_paired(
     ends rounds once the answer is known; `rotation`: copies of `args` the caller made; `between`,
     after each block, may end the timing by raising (a kernel that left process-wide state changed).
     """
-    rotation = rotation if rotation is not None else Rotation(args, roles)
+    reference, candidate, now, sync = pair.reference, pair.candidate, clock.now, clock.sync
+    rotation = rotation if rotation is not None else Rotation(args.values, args.roles)
     calibrating: list[float] = []
-    n_ref, n_cand = _calibrate(reference, candidate, rotation, (clock, sync), budget, between, calibrating)
-    ref, cand, spent, r, window = [], [], 0.0, 0, clock()
+    n_ref, n_cand = _calibrate(pair, rotation, clock, budget, between, calibrating)
+    ref: list[float] = []
+    cand: list[float] = []
+    spent, r, window = 0.0, 0, now()
     one_call = n_ref == n_cand == 1
     rotation.fit(max(n_ref, n_cand))  # every block prepares the copies it uses, right before its calls
 
     def block(fn: Call, start: int, n: int) -> float:
-        took = _run(fn, rotation.sets, start, n, clock, sync)
+        took = _run(fn, rotation.sets, start, n, now, sync)
         between(fn is candidate)
         return took
 
-    check, audit = _checks(rotation, one_call, reference, candidate, rtol, sync, budget, block)
+    check, audit = _checks(rotation, one_call, pair, sync, budget, block)
     # the cap counts the whole window, fresh inputs included: an undecided pair ends at one wall time
-    while r < budget.max_rounds and (r < budget.min_rounds or clock() - window < budget.max_time_s):
+    while r < budget.max_rounds and (r < budget.min_rounds or now() - window < budget.max_time_s):
         order = [(reference, n_ref, ref), (candidate, n_cand, cand)]
         seeds = rotation.seeds()  # both kernels see the same inputs in a round, new ones each round
         for j, (fn, n, out) in enumerate(order if r % 2 == 0 else reversed(order)):
@@ -209,7 +245,7 @@ def measure_paired(
         Stats.of(ref, n_ref),
         Stats.of(cand, n_cand),
         PairedRatio.of(ref, cand),
-        found if found is not None else timed_outputs_mismatch(reference, candidate, rotation, rtol),
+        found if found is not None else timed_outputs_mismatch(reference, candidate, rotation, pair.rtol),
         len(rotation.sets),
         rotation.bytes_per_call,
         sum(calibrating) + spent,
@@ -218,20 +254,19 @@ def measure_paired(
 
 
 def _calibrate(
-    reference: Call,
-    candidate: Call,
+    pair: KernelPair,
     rotation: Rotation,
-    clocks: tuple[Callable[[], float], Callable[[], object]],
+    clock: Clock,
     budget: Budget,
     between: Callable[[bool], None],
     spent: list[float],
 ) -> tuple[int, int]:
     """Calls a block of each kernel, the reference's first; the candidate's where no result of the
     reference is left."""
-    n_ref = calibrate(reference, rotation, *clocks, budget, lazy=True, spent=spent)
+    n_ref = calibrate(pair.reference, rotation, clock.now, clock.sync, budget, lazy=True, spent=spent)
     rotation.wipe()
     between(False)
-    n_cand = calibrate(candidate, rotation, *clocks, budget, lazy=True, spent=spent)
+    n_cand = calibrate(pair.candidate, rotation, clock.now, clock.sync, budget, lazy=True, spent=spent)
     between(True)
     return n_ref, n_cand
 
@@ -239,9 +274,7 @@ def _calibrate(
 def _checks(
     rotation: Rotation,
     one_call: bool,
-    reference: Call,
-    candidate: Call,
-    rtol: float,
+    pair: KernelPair,
     sync: Callable[[], object],
     budget: Budget,
     block: Callable[[Call, int, int], float],
@@ -250,11 +283,11 @@ def _checks(
     copy from the same inputs in a round, compared there, every round. Many calls a block: audits
     (`outputcheck.Audit`); parking their copies between timed blocks moved a 1.10x ratio to 1.04."""
     if one_call:
-        return (InRoundCheck(rotation, rtol) if rotation.outputs else None), None
+        return (InRoundCheck(rotation, pair.rtol) if rotation.outputs else None), None
     if not Audit.applies(rotation):
         return None, None
     earliest = min(budget.min_rounds, budget.first_look or budget.min_rounds)  # the sure audit before it
-    return None, Audit(rotation, reference, candidate, rtol, sync, earliest, block)
+    return None, Audit(rotation, pair.reference, pair.candidate, pair.rtol, sync, earliest, block)
 
 
 def _mismatch(check: InRoundCheck | None, audit: Audit | None) -> str | None:
