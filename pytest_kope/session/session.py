@@ -192,7 +192,7 @@ class KopeSession:
 
     def _operator(self, run: OperatorRun, left: int) -> None:
         """One operator from baseline to commit; `left`: operators not started yet, this one included.
-        Under --kope-concurrency each runs in a thread of its own, with its own agent (`view`)."""
+        Under --kope-concurrency each runs in a thread of its own, with its own agent (`Concurrency.own_agent`)."""
         # an operator's minimum: one round that keeps each correctness worker busy once
         slot = self.clock.slot(left, self.settings.jobs) if self.clock.limited else None
         summary = run.summary = self._one(run, slot)
