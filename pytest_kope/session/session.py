@@ -151,7 +151,7 @@ class KopeSession:
         from ..doctor import check
 
         session.testsfailed = check(self.run, list(self.operators.values()))
-        self.graph.close()
+        self.run.graph.close()
         return True
 
     def _optimize(self, session: pytest.Session) -> None:
@@ -168,7 +168,7 @@ class KopeSession:
         try:
             toolchains = {run.op.toolchain for run in runs}
             self.concurrency.measure_ceilings_once(self.run.ceilings, self.config, toolchains)
-            each(runs, self._operator, self.settings.concurrency)
+            each(runs, self._operator, self.run.settings.concurrency)
         except Interrupted:
             pass  # each operator's summary says where the interruption found it
         if stop.why:
@@ -194,7 +194,8 @@ class KopeSession:
         """One operator from baseline to commit; `left`: operators not started yet, this one included.
         Under --kope-concurrency each runs in a thread of its own, with its own agent (`Concurrency.own_agent`)."""
         # an operator's minimum: one round that keeps each correctness worker busy once
-        slot = self.clock.slot(left, self.settings.jobs) if self.clock.limited else None
+        clock = self.run.clock
+        slot = clock.slot(left, self.run.settings.jobs) if clock.limited else None
         summary = run.summary = self._one(run, slot)
         faults = self.concurrency.faults.get(run.op.name)
         if faults:
@@ -208,8 +209,8 @@ class KopeSession:
         """Optimize one operator; its summary (`error` set when it stopped on one). Interrupted, it
         leaves in `run.summary` where the interruption found it, and raises on."""
         name = run.op.name
-        if self.clock.limited and slot is None:
-            why = f"the time budget ({self.clock.minutes:g} min) ran out before it began"
+        if self.run.clock.limited and slot is None:
+            why = f"the time budget ({self.run.clock.minutes:g} min) ran out before it began"
             self.say(f"kope {name}: not started: {why}")
             return OperatorSummary(name=name, verified=False, stopped=stopped(Stop.NOT_REACHED, why))
         loop = None
@@ -229,67 +230,50 @@ class KopeSession:
 
     # -- setup -----------------------------------------------------------------------------------
     def _start(self) -> None:
-        """Open the graph and the run's folder, find git, say what is available, start the run."""
-        self._open_store()
+        """Open the run (`_open_run`), say what is available, and record the run's start in the graph.
+        From here on the run's parts are read from `self.run` only."""
+        run = self.run = self._open_run()
         if self.since_line:
             self.say(self.since_line)
-        s = self.settings
+        s = run.settings
         if s.check_only:  # nothing is optimized: no agent, no budget to speak of
             self.say(f"kope: check {self.run_id}, {len(self.operators)} operator(s)")
         else:
             self.say(
-                f"kope: run {self.run_id}, agent {s.agent} ({self.agent.name}), budget {s.budget} "
+                f"kope: run {self.run_id}, agent {s.agent} ({run.agent.name}), budget {s.budget} "
                 f"evaluations per operator, {len(self.operators)} operator(s)"
             )
-            if self.no_commit_why:
+            if run.no_commit_why:
                 self.say(
-                    f"kope: winners will not be committed ({self.no_commit_why}): each verified winner's "
-                    f"file goes to {self.run_dir}/<operator>/"
+                    f"kope: winners will not be committed ({run.no_commit_why}): each verified winner's "
+                    f"file goes to {run.run_dir}/<operator>/"
                 )
         self._toolchains()
         for line in sandbox.isolation_summary():
             self.say(f"kope: isolation: {line}")
         hw: dict[str, Any] = {}
-        for run in self.operators.values():
-            hw = toolchain_of(self.config, run.op.toolchain).fingerprint()
+        for op_run in self.operators.values():
+            hw = toolchain_of(self.config, op_run.op.toolchain).fingerprint()
             break
         self.hardware = hw
         if hw:
-            self.say(f"kope: hardware: {label(hw, self.graph.ceilings(hw))}")
-        if self.clock.limited:
+            self.say(f"kope: hardware: {label(hw, run.graph.ceilings(hw))}")
+        if run.clock.limited:
             self.say(
-                f"kope: time budget {self.clock.minutes:g} min for the whole run, shared by the operators"
+                f"kope: time budget {run.clock.minutes:g} min for the whole run, shared by the operators"
             )
-        self.graph.start_run(self.run_id, s.agent, hw)
+        run.graph.start_run(self.run_id, s.agent, hw)
         # an LLM agent reports every call's tokens to the graph, and every prompt it opens a round
         # with to the run folder, for audit (other agents never call them)
         from ..agents.llm.record import write
 
-        self.agent.graph_sink = lambda op, model, used: self.graph.record_llm_call(
-            self.run_id, op, model, used
-        )
-        self.agent.prompt_sink = lambda made: write(self.run_dir, made)
-        self.run = Run(
-            config=self.config,
-            run_id=self.run_id,
-            settings=self.settings,
-            clock=self.clock,
-            home=self.home,
-            kope_base=self.kope_base,
-            run_dir=self.run_dir,
-            graph=self.graph,
-            vcs=self.vcs,
-            no_commit_why=self.no_commit_why,
-            publisher=self.publisher,
-            agent=self.agent,
-            explore_rate=self.explore_rate,
-            concurrency=self.concurrency,
-            ceilings=CeilingProbe(self.graph, self.kope_base / "builds", self.say),
-            say=self.say,
-        )
+        graph, run_dir = run.graph, run.run_dir
+        run.agent.graph_sink = lambda op, model, used: graph.record_llm_call(self.run_id, op, model, used)
+        run.agent.prompt_sink = lambda made: write(run_dir, made)
 
-    def _open_store(self) -> None:
-        """The run's home, `.kope/`, the graph, the run folder, git and the publisher."""
+    def _open_run(self) -> Run:
+        """The run's home, `.kope/` (and this repo's run lock), the graph, the run folder, git, the
+        publisher and the executor, as one `Run`."""
         from ..review.publish import Publisher
         from ..review.vcs import Vcs
 
@@ -297,28 +281,41 @@ class KopeSession:
         home, warning = kope_home(
             Path(str(self.config.rootpath)), [r.op.source for r in self.operators.values()]
         )
-        self.home = home
         if warning:
             self.say(f"kope: {warning}", red=True)
-        base = self.kope_base = ensure_kope_dir(home / ".kope")
+        base = ensure_kope_dir(home / ".kope")
         if not s.check_only:  # `kope doctor` changes nothing: it needs no lock
             self.run_lock = RunLock(base, self.run_id, home)
             self.run_lock.acquire(wait=not s.no_wait, say=self.say)
             say_others(self.run_lock.others_on_machine(), lambda line: self.say(line, red=True))
-        self.graph = self.graph_guard.open(Path(s.db) if s.db else base / "experience.db")
-        self.run_dir = ensure_kope_dir(base) / "runs" / self.run_id
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.vcs = None if s.no_commit else Vcs.find(home)
-        self.no_commit_why = (
-            "--kope-no-commit" if s.no_commit else "" if self.vcs else f"no git repository at {home}"
-        )
-        if self.vcs is not None:
-            for path in self.vcs.prune_stale_worktrees():
+        graph = self.graph_guard.open(Path(s.db) if s.db else base / "experience.db")
+        run_dir = base / "runs" / self.run_id
+        run_dir.mkdir(parents=True, exist_ok=True)
+        vcs = None if s.no_commit else Vcs.find(home)
+        no_commit_why = "--kope-no-commit" if s.no_commit else "" if vcs else f"no git repository at {home}"
+        if vcs is not None:
+            for path in vcs.prune_stale_worktrees():
                 self.say(f"kope: removed a worktree a killed run left behind: {path}")
-        self.publisher = Publisher(self.config, self.vcs, self.run_id, s.prefix, self.run_dir, self.graph)
-        self.publisher.say = self.say
-        self.settings, self.graph, self.publisher = self.concurrency.start(
-            self.graph, self.publisher, home, self.say
+        publisher = Publisher(self.config, vcs, self.run_id, s.prefix, run_dir, graph)
+        publisher.say = self.say
+        settings, graph, publisher = self.concurrency.start(graph, publisher, home, self.say)
+        return Run(
+            config=self.config,
+            run_id=self.run_id,
+            settings=settings,
+            clock=self.clock,
+            home=home,
+            kope_base=base,
+            run_dir=run_dir,
+            graph=graph,
+            vcs=vcs,
+            no_commit_why=no_commit_why,
+            publisher=publisher,
+            agent=self.agent,
+            explore_rate=self.explore_rate,
+            concurrency=self.concurrency,
+            ceilings=CeilingProbe(graph, base / "builds", self.say),
+            say=self.say,
         )
 
     def _toolchains(self) -> None:
@@ -337,31 +334,32 @@ class KopeSession:
 
     # -- the end ---------------------------------------------------------------------------------
     def _finish(self) -> None:
-        usage = self.concurrency.close(self.agent)
+        run = self.run
+        usage = run.concurrency.close(run.agent)
         with self.graph_guard.surviving():  # a graph failing now must not cost the run its report
-            self.graph.finish_run(self.run_id, usage)
+            run.graph.finish_run(self.run_id, usage)
         summaries = [r.summary for r in self.operators.values() if r.summary is not None]
         data = self._report_data(usage, summaries)
-        paths = report_formats.write(self.run_dir, data, self.settings.report)
+        paths = report_formats.write(run.run_dir, data, run.settings.report)
         if self.tw is not None:
             self.tw.write_sep("=", "kope: results")
             self.tw.write_line(report.final_table(summaries))
             self.tw.write_line(f"kope: report {report_formats.said(paths)}")
             report.install_closing_line(self.tw, summaries)
         with self.graph_guard.surviving():
-            self.graph.checkpoint()  # the WAL folded into the file, so a CI cache of experience.db is whole
-        self.graph.close()
+            run.graph.checkpoint()  # the WAL folded into the file, so a CI cache of experience.db is whole
+        run.graph.close()
 
     def _report_data(self, usage: dict[str, Any], summaries: list[OperatorSummary]) -> dict[str, Any]:
         """report.json's data, what every report format renders (`report_formats.FORMATS`)."""
         from ..memory.lessons import learned_in_run
 
-        s = self.settings
+        run, s = self.run, self.run.settings
         ceilings, lessons = None, {}
         with self.graph_guard.surviving():
-            ceilings = self.graph.ceilings(self.hardware) if self.hardware else None
+            ceilings = run.graph.ceilings(self.hardware) if self.hardware else None
             # per operator, the lessons this run taught or confirmed, strongest evidence first
-            lessons = {name: learned_in_run(self.graph, self.run_id, name) for name in self.operators}
+            lessons = {name: learned_in_run(run.graph, self.run_id, name) for name in self.operators}
         return {
             "run_id": self.run_id,
             "hardware": self.hardware,
@@ -369,9 +367,9 @@ class KopeSession:
             "agent": s.agent,
             "budget": s.budget,
             "patience": s.patience,
-            "explore_rate": self.explore_rate,
-            "time_budget_minutes": self.clock.minutes,
-            "seconds": round(self.clock.now() - self.clock.start, 1),
+            "explore_rate": run.explore_rate,
+            "time_budget_minutes": run.clock.minutes,
+            "seconds": round(run.clock.now() - run.clock.start, 1),
             "availability": self.availability,
             "isolation": sandbox.isolation_summary(),
             "usage": usage,
