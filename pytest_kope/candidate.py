@@ -8,6 +8,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .spec import Point, as_point
+
 
 @dataclass(frozen=True)
 class Candidate:
@@ -16,7 +18,7 @@ class Candidate:
     source: str
     filename: str  # the operator's source file name; gives the language (softmax.c, softmax.py)
     toolchain: str
-    params: dict[str, Any] = field(default_factory=dict)
+    params: Point = field(default_factory=dict)
     idea: str = ""
     agent: str = ""
     parent: str | None = None  # hash of the candidate this one was derived from
@@ -37,8 +39,11 @@ class Candidate:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Candidate:
-        data = {k: v for k, v in data.items() if k != "hash"}
-        return cls(**data)
+        """A candidate read back from `to_json`'s dict; its params are checked into a Point here."""
+        fields = {k: v for k, v in data.items() if k != "hash"}
+        if "params" in fields:
+            fields["params"] = as_point(fields["params"])
+        return cls(**fields)
 
     def save(self, path: Path) -> Path:
         path.write_text(json.dumps(self.to_json(), indent=1))

@@ -37,6 +37,20 @@ _DECLARATIONS = ("kernel", "param", "flags", "require", "inplace")
 FLAGS = "flags"
 
 Scalar = int | float | str  # a param value, and any value a `require` condition computes (bool is an int)
+Point = dict[str, Scalar]  # a tuning point: axis name -> value (a candidate's defines and `flags`)
+
+
+def as_point(data: Mapping[str, object]) -> Point:
+    """A point read from JSON or the graph, checked once: int, float and str values kept as they are
+    (bool is an int); a ValueError names the first key whose value is none of them."""
+    if not isinstance(data, Mapping):  # JSON gives whatever the file holds
+        raise ValueError(f"tuning point: {data!r} is not a mapping of axis names to values")
+    point: Point = {}
+    for key, value in data.items():
+        if not isinstance(value, (int, float, str)):
+            raise ValueError(f"tuning point: {key}={value!r} is not a number or a string")
+        point[key] = value
+    return point
 
 
 def _value(text: str) -> Scalar:
@@ -55,7 +69,7 @@ class TuningSpace:
     requires: tuple[str, ...] = ()
 
     @property
-    def defaults(self) -> dict[str, Scalar]:
+    def defaults(self) -> Point:
         return {name: values[0] for name, values in self.axes.items()}
 
     def size(self) -> int:
@@ -69,7 +83,7 @@ class TuningSpace:
             return False
         return all(evaluate_require(expr, point) for expr in self.requires)
 
-    def points(self) -> Iterator[dict[str, Scalar]]:
+    def points(self) -> Iterator[Point]:
         names = list(self.axes)
         for combo in itertools.product(*(self.axes[n] for n in names)):
             point = dict(zip(names, combo))
@@ -145,7 +159,7 @@ def _choices(text: str, where: str, lead: str, literal: bool = True) -> tuple[Sc
     return values
 
 
-def bake_defaults(text: str, point: Mapping[str, object]) -> str:
+def bake_defaults(text: str, point: Mapping[str, Scalar]) -> str:
     """The source with `point` made the declared default, so the committed file builds the winner.
 
     Each axis keeps all its values; the chosen one moves to the front. Axes not in `point` are untouched.

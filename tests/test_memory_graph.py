@@ -61,11 +61,13 @@ def test_an_older_database_is_migrated_keeping_its_rows(tmp_path):
     old = Database(path)
     migrations.apply(old, stop_before="m002_llm_usage")  # the schema as the first release wrote it
     assert "llm_calls" not in old.table_names()
-    old["hardware"].insert({"id": "abc", "arch": "x86_64"})
-    old["tasks"].insert({"operator": "softmax", "family": "rowwise", "toolchain": "c", "hardware_id": "abc"})
-    old["runs"].insert({"id": "r0", "agent": "tuner", "tokens_in": 5})
-    old["sources"].insert({"hash": "s1", "text": SRC, "size": len(SRC)})
-    old["attempts"].insert(
+    old.table("hardware").insert({"id": "abc", "arch": "x86_64"})
+    old.table("tasks").insert(
+        {"operator": "softmax", "family": "rowwise", "toolchain": "c", "hardware_id": "abc"}
+    )
+    old.table("runs").insert({"id": "r0", "agent": "tuner", "tokens_in": 5})
+    old.table("sources").insert({"hash": "s1", "text": SRC, "size": len(SRC)})
+    old.table("attempts").insert(
         {
             "task_id": 1,
             "candidate_hash": "h1",
@@ -83,12 +85,14 @@ def test_an_older_database_is_migrated_keeping_its_rows(tmp_path):
         names = ["m001_core", "m002_llm_usage", "m003_views", "m004_ceilings"]
         assert [m.name for m in migrations.applied(g.db)] == names
         assert "tokens_cache_read" in g.db["runs"].columns_dict
-        assert g.lookup(1, "h1")["params"] == {"BLOCK": 8}
+        attempt = g.lookup(1, "h1")
+        assert attempt is not None and attempt["params"] == {"BLOCK": 8}
         g.record_llm_call("r0", "softmax", "claude-test", {"input_tokens": 10, "output_tokens": 2})
         g.finish_run("r0", {})
         run = g.one("SELECT * FROM runs WHERE id = 'r0'")
-        assert (run["tokens_in"], run["tokens_out"]) == (10, 2)
-        assert g.one("SELECT * FROM attempt_summary")["operator"] == "softmax"
+        assert run is not None and (run["tokens_in"], run["tokens_out"]) == (10, 2)
+        summary = g.one("SELECT * FROM attempt_summary")
+        assert summary is not None and summary["operator"] == "softmax"
 
 
 def test_hardware_and_task_ids_are_upserts(graph):
@@ -128,6 +132,24 @@ def test_record_is_whole_and_idempotent_and_lookup_finds_it(graph):
         again.candidate == j.candidate and again.failures == j.failures and again.outcome is Outcome.INCORRECT
     )
     assert graph.lookup(t + 1, j.candidate.hash) is None
+
+
+def test_a_stored_value_no_tuning_value_can_be_is_left_out_and_the_graph_still_reads(graph):
+    """A plugin agent (or an older kope) may have stored a list as a param: the row still reads, its
+    scalar values kept, and a recall over it does not fail."""
+    from pytest_kope.memory import recall_from
+    from pytest_kope.memory.recall import RecallQuery
+
+    t = graph.task_id("softmax", "rowwise", "c", HW)
+    graph.start_run("r1", "plugin", HW)
+    odd = judged({"BLOCK": 16}, Outcome.OK, ratio=1.5, speedup=1.5)
+    odd.candidate.params["SHAPE"] = [4, 4]  # what a typed agent cannot give
+    graph.record(t, "r1", odd)
+    found = graph.lookup(t, odd.candidate.hash)
+    assert found is not None and found["params"] == {"BLOCK": 16}
+    assert graph.judged(t, odd.candidate.hash).candidate.params == {"BLOCK": 16}
+    got = recall_from(graph, RecallQuery("softmax", "rowwise", HW, "c", points=True))
+    assert [p["params"] for p in got.points] == [{"BLOCK": 16}]
 
 
 def test_crash_timing_and_edges(graph):
@@ -226,6 +248,7 @@ def test_sigkill_mid_write_leaves_a_consistent_graph(tmp_path):
     proc = subprocess.Popen(
         [sys.executable, "-c", WRITER, str(path)], stdout=subprocess.PIPE, env=env, text=True
     )
+    assert proc.stdout is not None  # stdout=PIPE
     try:
         for _ in range(25):  # let it write a while, then kill it at an arbitrary instant
             assert proc.stdout.readline(), "the writer died early"
@@ -248,6 +271,7 @@ def test_sigkill_mid_write_leaves_a_consistent_graph(tmp_path):
             assert g.db["observations"].count_where("attempt_id = ?", [a["id"]]) == 21
             assert g.db["edges"].count_where("src_kind = 'attempt' AND src_id = ?", [str(a["id"])]) == 22
         assert g.db["observations"].count == 21 * len(attempts)
-        assert g.one("SELECT count(*) n FROM observations_fts")["n"] == 21 * len(attempts)
+        indexed = g.one("SELECT count(*) n FROM observations_fts")
+        assert indexed is not None and indexed["n"] == 21 * len(attempts)
         t = g.task_id("softmax", "rowwise", "c", {"arch": "x86_64", "model": "test"})
         g.record(t, "resumed", judged({"BLOCK": 8}))  # the next run resumes on the same file

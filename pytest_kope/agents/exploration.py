@@ -15,10 +15,9 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from ..memory.effects import value_key
-from ..spec import TuningSpace
+from ..spec import Point, Scalar, TuningSpace
 
 NEAR = 2  # one-axis neighbours of the incumbent judged before an axis counts as explored (where it has them)
 # relations (recall's "operator/hardware" form) whose points count as evidence on an axis
@@ -43,7 +42,7 @@ def evident(relation: str) -> bool:
     return any(relation == e or (e.endswith("/") and relation.startswith(e)) for e in EVIDENT)
 
 
-def known_axes(space: TuningSpace, rows: Iterable[tuple[str, Mapping[str, Any]]]) -> set[str]:
+def known_axes(space: TuningSpace, rows: Iterable[tuple[str, Mapping[str, Scalar]]]) -> set[str]:
     """The axes of `space` with two or more values among the evident rows (relation, params)."""
     values: dict[str, set[str]] = {}
     for relation, params in rows:
@@ -54,9 +53,9 @@ def known_axes(space: TuningSpace, rows: Iterable[tuple[str, Mapping[str, Any]]]
     return {name for name, seen in values.items() if len(seen) >= 2}
 
 
-def neighbours(space: TuningSpace, centre: Mapping[str, Any], axis: str) -> list[dict[str, Any]]:
+def neighbours(space: TuningSpace, centre: Mapping[str, Scalar], axis: str) -> list[Point]:
     """The points of `space` one move from `centre` on `axis`, in the axis's declared order."""
-    out = []
+    out: list[Point] = []
     for value in space.axes[axis]:
         if value != centre.get(axis):
             point = {**centre, axis: value}
@@ -66,7 +65,7 @@ def neighbours(space: TuningSpace, centre: Mapping[str, Any], axis: str) -> list
 
 
 def unexplored(
-    space: TuningSpace, known: set[str], centre: Mapping[str, Any], judged: Iterable[Mapping[str, Any]]
+    space: TuningSpace, known: set[str], centre: Mapping[str, Scalar], judged: Iterable[Mapping[str, Scalar]]
 ) -> list[str]:
     """The unknown axes, in declared order, on which fewer than NEAR one-axis neighbours of `centre`
     were judged (or fewer than it has: an axis with no neighbour in the space has nothing to explore)."""
@@ -82,7 +81,7 @@ def unexplored(
 
 
 def exploration(
-    space: TuningSpace, known: set[str], centre: Mapping[str, Any], judged: Iterable[Mapping[str, Any]]
+    space: TuningSpace, known: set[str], centre: Mapping[str, Scalar], judged: Iterable[Mapping[str, Scalar]]
 ) -> Exploration:
     """The report's view of one search (axes of a single value are left out: nothing to explore)."""
     left = unexplored(space, known, centre, judged)
@@ -94,6 +93,6 @@ def exploration(
     )
 
 
-def point_key(point: Mapping[str, Any]) -> str:
+def point_key(point: Mapping[str, Scalar]) -> str:
     """A point's values as one stable string, whatever their types (a table's key too)."""
     return json.dumps(dict(point), sort_keys=True, default=str)

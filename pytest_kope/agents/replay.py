@@ -13,7 +13,7 @@ from typing import Any
 from ..candidate import Candidate
 from ..errors import ConfigError
 from ..judge.outcome import Judged
-from ..spec import parse_spec
+from ..spec import Point, as_point, parse_spec
 from .base import AgentBase, Context
 
 
@@ -68,7 +68,11 @@ class Replay(AgentBase):
             defaults = parse_spec(source, str(path)).space.defaults
         except Exception:  # a broken header is the judge's to report, like any other broken candidate
             defaults = {}
-        params = {**defaults, **meta.get("params", {})}
+        try:
+            given = as_point(meta.get("params", {}))
+        except ValueError as e:
+            raise ConfigError(f"{sidecar}: {e}; give params as numbers or strings") from None
+        params: Point = {**defaults, **given}
         return Candidate(
             source,
             ctx.operator.filename,

@@ -23,7 +23,7 @@ from ..candidate import Candidate
 from ..judge.outcome import Judged, Outcome, Timing
 from ..memory import distill, recall_from
 from ..memory.recall import RecallQuery
-from ..spec import parse_spec
+from ..spec import Point, Scalar, as_point, parse_spec
 from ..stopping import StopRule
 from .base import Agent, Context, OperatorInfo
 from .exploration import point_key
@@ -50,11 +50,15 @@ class Table:
     family: str
     header: str  # the `kope:` lines of the committed source: its kernels and tuning space
     hardware: dict[str, Any]
-    rows: dict[str, dict[str, Any]] = field(default_factory=dict)  # point_key -> row
+    rows: dict[str, dict[str, Any]] = field(default_factory=dict)  # point_key -> row (params: a Point)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Table:
-        rows = {point_key(r["params"]): dict(r) for r in data["points"]}
+        """A table as bench/tables.py stores it; each row's params are checked into a Point here."""
+        rows: dict[str, dict[str, Any]] = {}
+        for r in data["points"]:
+            point = as_point(r["params"])
+            rows[point_key(point)] = {**r, "params": point}
         return cls(
             data["operator"], data.get("family", ""), data["header"], dict(data["hardware"]), pooled(rows)
         )
@@ -65,7 +69,7 @@ class Table:
             self.operator, self.family, "c", f"{self.operator}.c", self.header, spec.space, spec.kernels
         )
 
-    def speedup(self, point: Mapping[str, Any]) -> float | None:
+    def speedup(self, point: Mapping[str, Scalar]) -> float | None:
         """The point's measured speedup over the committed kernel (None: broken or not measured)."""
         row = self.rows.get(point_key(point))
         return float(row["ratio"]) if row and row.get("ratio") else None
@@ -73,7 +77,7 @@ class Table:
     def best(self) -> float:
         return max((float(r["ratio"]) for r in self.rows.values() if r.get("ratio")), default=1.0)
 
-    def points(self) -> list[dict[str, Any]]:
+    def points(self) -> list[Point]:
         return [dict(r["params"]) for r in self.rows.values()]
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -37,8 +38,9 @@ import numpy as np
 from ..candidate import Candidate
 from ..judge.outcome import Judged, Outcome
 from ..memory.effects import AdditiveModel, Observation, value_key
+from ..memory.points import PastPoint
 from ..memory.transfer import Source, fit_source, graph_prior, losers, measure_agreement
-from ..spec import TuningSpace, parse_spec
+from ..spec import Point, Scalar, TuningSpace, parse_spec
 from . import exploration as ex
 from .base import AgentBase, Context
 
@@ -59,7 +61,7 @@ class _Search:
     """One operator's search: own verdicts, the graph's points by source, the bandit, coverage."""
 
     space: TuningSpace
-    observed: list[tuple[dict[str, Any], float | None]] = field(default_factory=list)  # None: broke
+    observed: list[tuple[Point, float | None]] = field(default_factory=list)  # None: broke
     sources: dict[str, Source] = field(default_factory=dict)  # the graph's sources, fitted once
     losers: set[str] = field(default_factory=set)  # values trusted sources agree lose (graph arm)
     arms: dict[str, list[float]] = field(default_factory=dict)  # arm -> [successes, failures] (+ prior)
@@ -69,14 +71,14 @@ class _Search:
     weights: dict[str, float] = field(default_factory=dict)  # source -> weight at the last refit
     model: AdditiveModel | None = None  # this operator's verdicts, with the graph as the prior
     fitted_at: int = -1
-    points: tuple[TuningSpace, list[dict[str, Any]]] | None = None  # the space, enumerated
+    points: tuple[TuningSpace, list[Point]] | None = None  # the space, enumerated
     known: set[str] = field(default_factory=set)  # axes the graph has evidence on (exploration.py)
-    judged: list[dict[str, Any]] = field(default_factory=list)  # points judged, here or before
-    centre: dict[str, Any] = field(default_factory=dict)  # the incumbent's point
+    judged: list[Point] = field(default_factory=list)  # points judged, here or before
+    centre: Point = field(default_factory=dict)  # the incumbent's point
     since_gain: int = 0  # this search's verdicts since the last gain
     last_arm: str = ""  # the arm of the last proposal
 
-    def on_space(self, params: Any) -> dict[str, Any]:
+    def on_space(self, params: Mapping[str, Scalar]) -> Point:
         """`params` on this space's axes (a value it lacks: the axis's default)."""
         return {n: params.get(n, values[0]) for n, values in self.space.axes.items()}
 
@@ -124,12 +126,14 @@ class Tuner(AgentBase):
             recall = ctx.recall(state=state, budget=self.recall_items, points=True)
         except TypeError:  # a recall without the points option (an older caller): no graph data
             recall = ctx.recall(state=state, budget=self.recall_items)
-        rows: dict[str, list[tuple[dict[str, Any], float | None]]] = {}
+        rows: dict[str, list[tuple[Point, float | None]]] = {}
         closeness: dict[str, float] = {}
-        evidence: list[tuple[str, dict[str, Any]]] = []
-        for row in getattr(recall, "points", None) or []:
+        evidence: list[tuple[str, Point]] = []
+        past: list[PastPoint] = getattr(recall, "points", None) or []
+        for row in past:
             source, relation = str(row["source"]), str(row["relation"])
-            y = math.log(row["speedup"]) if row.get("correct") and row.get("speedup") else None
+            speedup = row.get("speedup")
+            y = math.log(speedup) if row.get("correct") and speedup else None
             rows.setdefault(source, []).append((dict(row["params"]), y))
             if relation == "operator/hardware":  # judged here before: those values count as tried
                 s.tried.update(value_key(k, v) for k, v in row["params"].items() if k in space.axes)
@@ -193,7 +197,7 @@ class Tuner(AgentBase):
             return True
         return s.since_gain >= PROBE_AFTER and s.last_arm != "probe"
 
-    def _probe(self, ctx: Context, s: _Search, base: Candidate, probed: set[str]) -> dict[str, Any] | None:
+    def _probe(self, ctx: Context, s: _Search, base: Candidate, probed: set[str]) -> Point | None:
         """The incumbent moved on the first unexplored axis not probed in this batch, to the value
         the model ranks best; None when there is none left to probe."""
         assert s.model is not None
@@ -217,7 +221,7 @@ class Tuner(AgentBase):
         draws = {arm: self.rng.beta(a, b) for arm, (a, b) in s.arms.items()}
         return max(draws, key=lambda arm: draws[arm])
 
-    def _pick(self, s: _Search, arm: str, pool: list[dict[str, Any]], budget_left: int) -> int:
+    def _pick(self, s: _Search, arm: str, pool: list[Point], budget_left: int) -> int:
         """Index of the pool point that scores best under the model, among the points that try new
         values. The explore arm takes the points that try the most values not yet tried and draws from
         the posterior (Thompson); the graph arm takes any point that tries one, not counting the values
@@ -309,7 +313,7 @@ class Tuner(AgentBase):
         """Each graph source's weight at the last refit (closeness times measured agreement)."""
         return dict(self.searches[operator].weights)
 
-    def _candidate(self, base: Candidate, point: dict[str, Any], arm: str = "") -> Candidate:
+    def _candidate(self, base: Candidate, point: Mapping[str, Scalar], arm: str = "") -> Candidate:
         changed = {k: v for k, v in point.items() if base.params.get(k) != v}
         idea = "tune " + ", ".join(f"{k}={v}" for k, v in changed.items()) if changed else "declared defaults"
         if arm == "explore" and self.searches and any(s.sources for s in self.searches.values()):
@@ -318,7 +322,7 @@ class Tuner(AgentBase):
             idea = f"probe: {idea}"
         return Candidate(base.source, base.filename, base.toolchain, dict(point), idea, self.name, base.hash)
 
-    def _untried(self, ctx: Context, base: Candidate, point: dict[str, Any]) -> bool:
+    def _untried(self, ctx: Context, base: Candidate, point: Mapping[str, Scalar]) -> bool:
         try:
             key = repr(sorted(point.items()))
         except TypeError:
@@ -328,13 +332,13 @@ class Tuner(AgentBase):
             h = self._hashes[(base.hash, key)] = self._candidate(base, point).hash
         return h not in self.proposed and h != base.hash and not ctx.seen(h)
 
-    def _pool(self, s: _Search, space: TuningSpace) -> list[dict[str, Any]]:
+    def _pool(self, s: _Search, space: TuningSpace) -> list[Point]:
         if space.size() <= POOL:
             if s.points is None or s.points[0] is not space:  # enumerated once per search and space
                 s.points = (space, list(space.points()))
             return list(s.points[1])
         names = list(space.axes)
-        pool: list[dict[str, Any]] = []
+        pool: list[Point] = []
         seen: set[str] = set()
         for _ in range(POOL * 3):
             point = {n: space.axes[n][int(self.rng.integers(len(space.axes[n])))] for n in names}
@@ -347,7 +351,7 @@ class Tuner(AgentBase):
         return pool
 
 
-def _doubt(s: _Search, lost: dict[str, Any], incumbent: dict[str, Any]) -> None:
+def _doubt(s: _Search, lost: Point, incumbent: Point) -> None:
     """The graph's pick lost head to head: each source that predicted it would win is believed less
     for the rest of the run (the prior is refit before the next proposal)."""
     for source in s.sources.values():
@@ -356,7 +360,7 @@ def _doubt(s: _Search, lost: dict[str, Any], incumbent: dict[str, Any]) -> None:
             s.fitted_at = -1
 
 
-def _untried_values(s: _Search) -> dict[str, list[Any]]:
+def _untried_values(s: _Search) -> dict[str, list[Scalar]]:
     """Each axis's values the search has not tried yet."""
     return {n: [v for v in values if value_key(n, v) not in s.tried] for n, values in s.space.axes.items()}
 
@@ -373,9 +377,7 @@ def _declared_prior(space: TuningSpace) -> dict[str, float]:
     return {value_key(n, v): DECLARED_GAIN for n, values in space.axes.items() for v in values[1:]}
 
 
-def _observations(
-    rows: list[tuple[dict[str, Any], float | None]], source: str, weight: float
-) -> list[Observation]:
+def _observations(rows: list[tuple[Point, float | None]], source: str, weight: float) -> list[Observation]:
     """Correct points as they are; broken ones FAILED_DROP below the worst correct one of the source."""
     ys = [y for _, y in rows if y is not None]
     floor = (min(ys) if ys else 0.0) - FAILED_DROP

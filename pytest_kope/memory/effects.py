@@ -28,7 +28,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-Point = Mapping[str, Any]
+from ..spec import Scalar
+
 Array = npt.NDArray[np.float64]
 NOISE = 0.2  # prior guess of the residual sd of log speedup (timing noise and what the model misses)
 EFFECT_SD = 1.0  # prior sd of a main effect (log units: 2.7x either way is plausible)
@@ -58,23 +59,21 @@ def one_blas_thread() -> Any:
 
 
 @functools.lru_cache(maxsize=4096)
-def _value_key(name: str, value: Any) -> str:
+def _value_key(name: str, value: Scalar | None) -> str:
     return f"{name}={json.dumps(value, sort_keys=True, default=str)}"
 
 
-def value_key(name: str, value: Any) -> str:
-    """The column of one parameter value: ``VEC=8``, ``flags="-O2"`` (values JSON-encoded)."""
-    try:
-        return _value_key(name, value)
-    except TypeError:  # an unhashable value (a list): encode it without the cache
-        return f"{name}={json.dumps(value, sort_keys=True, default=str)}"
+def value_key(name: str, value: Scalar | None) -> str:
+    """The column of one parameter value: ``VEC=8``, ``flags="-O2"`` (values JSON-encoded; None: a
+    point without the axis)."""
+    return _value_key(name, value)
 
 
 @dataclass
 class Observation:
     """One judged point of a space: its values, its log speedup, and how much it counts."""
 
-    point: dict[str, Any]
+    point: Mapping[str, Scalar]
     y: float  # log speedup against the source's own baseline
     source: str = "self"
     weight: float = 1.0
@@ -102,7 +101,7 @@ class AdditiveModel:
     contributes through the axes it shares; its other parameters are ignored).
     """
 
-    axes: Mapping[str, Sequence[Any]]
+    axes: Mapping[str, Sequence[Scalar]]
     pairs: bool = False
     prior_mean: Mapping[str, float] = field(default_factory=dict)  # value key -> prior effect (else 0)
     ridge: float = RIDGE
@@ -134,14 +133,14 @@ class AdditiveModel:
         pairs = len(self.columns) - self._main
         return np.diag(np.concatenate([np.full(self._main, EFFECT_SD**2), np.full(pairs, PAIR_SD**2)]))
 
-    def keys(self, point: Point) -> list[str]:
+    def keys(self, point: Mapping[str, Scalar]) -> list[str]:
         mains = [value_key(n, point[n]) for n in self.axes if n in point]
         out = [k for k in mains if k in self._index]
         if self.pairs:
             out += [k for a, b in itertools.combinations(mains, 2) if (k := a + "&" + b) in self._index]
         return out
 
-    def design(self, points: Iterable[Point]) -> Array:
+    def design(self, points: Iterable[Mapping[str, Scalar]]) -> Array:
         rows = list(points)
         x = np.zeros((len(rows), len(self.columns)))
         for i, point in enumerate(rows):
@@ -196,7 +195,7 @@ class AdditiveModel:
         self.cov = cov[:p, :p] * self.noise**2
         return self
 
-    def predict(self, points: Sequence[Point]) -> tuple[Array, Array]:
+    def predict(self, points: Sequence[Mapping[str, Scalar]]) -> tuple[Array, Array]:
         """Predicted log speedup (without intercept: comparable within one source) and its std."""
         x = self.design(points)
         mu = x @ self.mean

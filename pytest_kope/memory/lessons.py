@@ -29,8 +29,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..judge.outcome import Outcome
+from ..spec import Point, Scalar
 from .effects import AdditiveModel, Observation, value_key
-from .rows import CORRECT, expand_attempt, new_id, now, writing
+from .rows import CORRECT, expand_attempt, new_id, now, stored_point, writing
 from .tags import technique_tags
 
 if TYPE_CHECKING:
@@ -74,7 +75,7 @@ def idea_key(idea: str) -> str:
     return re.sub(r"\s+", " ", idea.strip().lower())[:IDEA_KEY_CHARS]
 
 
-def param_key(name: str, value: Any) -> str:
+def param_key(name: str, value: Scalar) -> str:
     """The key a lesson about a tuning value is stored under, e.g. 'BLOCK=16'."""
     return f"{name}={value}"
 
@@ -97,7 +98,8 @@ def evidence(
         else:
             effect = attempt.get("ratio") or attempt.get("speedup")
     if parent is not None and attempt["source_hash"] == parent["source_hash"]:
-        mine, theirs = attempt["params"], parent["params"]
+        mine: Point = attempt["params"]  # checked by expand_attempt
+        theirs: Point = parent["params"]
         changed = [k for k in sorted(mine) if mine[k] != theirs.get(k)]
         return [
             Evidence("param", param_key(k, mine[k]), {"param": k, "value": mine[k]}, outcome, effect, failure)
@@ -167,9 +169,9 @@ def refit_estimates(graph: Graph, task: dict[str, Any]) -> None:
     if not task["family"]:
         rows = [r for r in rows if r["operator"] == task["operator"]]
     observations = []
-    axes: dict[str, list[Any]] = {}
+    axes: dict[str, list[Scalar]] = {}
     for r in rows:
-        point = json.loads(r["params"]) if r["params"] else {}
+        point = stored_point(r["params"])
         for k, v in point.items():
             if v not in axes.setdefault(k, []):
                 axes[k].append(v)
@@ -181,7 +183,7 @@ def refit_estimates(graph: Graph, task: dict[str, Any]) -> None:
         "SELECT params FROM attempts WHERE task_id = ? AND agent = 'baseline' ORDER BY id LIMIT 1",
         (task["id"],),
     )
-    defaults = json.loads(base["params"]) if base and base["params"] else {}
+    defaults = stored_point(base["params"]) if base else {}
     lessons = graph.rows(
         "SELECT * FROM lessons WHERE kind = 'param' AND hardware_id = ? AND toolchain = ?"
         " AND (family = ? OR operator = ?)",
@@ -192,7 +194,7 @@ def refit_estimates(graph: Graph, task: dict[str, Any]) -> None:
         if "param" not in data:
             continue
         name, value = data["param"], data.get("value")
-        if name not in defaults or defaults[name] == value:
+        if name not in defaults or defaults[name] == value or not isinstance(value, (int, float, str)):
             continue
         est = model.contrast(value_key(name, value), value_key(name, defaults[name]))
         if est is None or est.count == 0:

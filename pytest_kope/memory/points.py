@@ -6,10 +6,10 @@ has predicted this operator so far; lessons are ranked elsewhere (`recall.py`).
 
 from __future__ import annotations
 
-import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
-from .rows import CORRECT
+from ..spec import Point
+from .rows import CORRECT, stored_point
 from .scope import hardware_relation, operator_relation
 
 if TYPE_CHECKING:
@@ -18,7 +18,18 @@ if TYPE_CHECKING:
 POINTS = 5000  # past attempts handed to the tuner's model at most (newest first)
 
 
-def past_points(graph: Graph, operator: str, family: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+class PastPoint(TypedDict):
+    """One past attempt as the tuner's model reads it."""
+
+    source: str  # "<operator>#<task id>"
+    relation: str  # "<operator|family|other>/<hardware|arch|other>"
+    params: Point
+    speedup: float | None
+    correct: bool
+    outcome: str
+
+
+def past_points(graph: Graph, operator: str, family: str, params: dict[str, Any]) -> list[PastPoint]:
     """Past attempts of this toolchain with their params and outcome, each tagged with its source
     (task) and how it relates to the query ("<operator|family|other>/<hardware|arch|other>"): the data
     the tuner's effect model learns from, weighing each source by how well it predicts this operator."""
@@ -29,9 +40,9 @@ def past_points(graph: Graph, operator: str, family: str, params: dict[str, Any]
         f" AND a.outcome NOT IN ('rejected', 'suspect') ORDER BY a.id DESC LIMIT {POINTS}",
         params,
     )
-    out = []
+    out: list[PastPoint] = []
     for r in rows:
-        point = json.loads(r["params"]) if r["params"] else {}
+        point = stored_point(r["params"])
         if not point:
             continue
         relation = (

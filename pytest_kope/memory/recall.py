@@ -20,9 +20,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..hardware import fingerprint_id
+from ..spec import Point
 from .lessons import marks_losing
-from .points import past_points
-from .rows import CORRECT
+from .points import PastPoint, past_points
+from .rows import CORRECT, stored_point
 from .scope import (
     hardware_label,
     hardware_relation,
@@ -96,8 +97,8 @@ class Recall:
 
     lessons: list[RecalledLesson] = field(default_factory=list)
     exemplars: list[dict[str, Any]] = field(default_factory=list)
-    seed_points: list[dict[str, Any]] = field(default_factory=list)
-    points: list[dict[str, Any]] = field(default_factory=list)  # past attempts, for the tuner's model
+    seed_points: list[Point] = field(default_factory=list)
+    points: list[PastPoint] = field(default_factory=list)  # past attempts, for the tuner's model
     left_out: list[str] = field(default_factory=list)  # lines found but over the token budget
 
     def preferred_params(self) -> list[tuple[str, object, float]]:
@@ -114,7 +115,7 @@ class Recall:
                 best[slot] = (name, value, weight)
         return sorted(best.values(), key=lambda p: -p[2])
 
-    def seeds(self) -> list[dict[str, Any]]:
+    def seeds(self) -> list[Point]:
         """Param points of the best similar attempts, best first (the tuner's first proposals)."""
         return [dict(p) for p in self.seed_points]
 
@@ -277,7 +278,7 @@ def _distinct(scored: list[RecalledLesson], max_items: int) -> list[RecalledLess
 
 def _exemplars(
     graph: Graph, query: RecallQuery, params: dict[str, Any]
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+) -> tuple[list[dict[str, Any]], list[Point]]:
     """Best attempts here and on similar tasks, instructive failures, bad -> good pairs; and seeds."""
     n = max(2, query.max_items // 3)
     structure = structure_sql("t", arch="h.arch")
@@ -334,12 +335,12 @@ def _exemplars(
     return out[: max(query.max_items, 1)], seeds
 
 
-def _seeds(best: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _seeds(best: list[dict[str, Any]]) -> list[Point]:
     """The distinct tuning points of the best attempts, best first: where a search may start."""
-    seeds: list[dict[str, Any]] = []
+    seeds: list[Point] = []
     seen_points: set[str] = set()
     for r in best:
-        point = json.loads(r["params"]) if r["params"] else {}
+        point = stored_point(r["params"])
         key = json.dumps(point, sort_keys=True, default=str)
         if point and key not in seen_points:
             seen_points.add(key)

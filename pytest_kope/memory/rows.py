@@ -11,6 +11,7 @@ from typing import Any
 from sqlite_utils.db import Database, Table
 
 from ..judge.outcome import Outcome
+from ..spec import Point
 
 CORRECT = (Outcome.BETTER.value, Outcome.OK.value)
 
@@ -27,11 +28,21 @@ def new_id(table: Table) -> int:
     return int(table.last_pk)
 
 
+def stored_point(text: str | None) -> Point:
+    """An attempt's params as the graph stores them (JSON), as a Point. A value that is no number or
+    string (a plugin agent's, or an older kope's) is left out: no model could use it as a tuning value,
+    and an old graph must still open."""
+    data = json.loads(text) if text else {}
+    items = data.items() if isinstance(data, dict) else ()
+    return {k: v for k, v in items if isinstance(v, (int, float, str))}
+
+
 def expand_attempt(row: dict[str, Any]) -> dict[str, Any]:
-    """An attempts row with its JSON columns decoded."""
-    for name, empty in (("params", {}), ("tests_passed", [])):
-        if name in row:
-            row[name] = json.loads(row[name]) if row[name] else empty
+    """An attempts row with its JSON columns decoded, its params as a Point (`stored_point`)."""
+    if "params" in row:
+        row["params"] = stored_point(row["params"])
+    if "tests_passed" in row:
+        row["tests_passed"] = json.loads(row["tests_passed"]) if row["tests_passed"] else []
     return row
 
 

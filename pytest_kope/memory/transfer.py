@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
+from ..spec import Scalar
 from .effects import AdditiveModel, Observation, value_key
 
 PRIOR_PAIRS = 2.0  # pseudo-pairs of agreement a source starts with (its closeness is believed at first)
@@ -48,7 +48,7 @@ class Source:
         c, d = self.concordant, self.discordant + self.lost
         return max(0.0, (PRIOR_PAIRS + c - d) / (PRIOR_PAIRS + c + d))
 
-    def predicted_a_win(self, point: Mapping[str, Any], incumbent: Mapping[str, Any]) -> bool:
+    def predicted_a_win(self, point: Mapping[str, Scalar], incumbent: Mapping[str, Scalar]) -> bool:
         d = self.difference(point, incumbent)
         return d is not None and d > MIN_DIFFERENCE
 
@@ -57,7 +57,7 @@ class Source:
         """Closeness times trust: how much the source moves the prior."""
         return self.closeness * self.trust
 
-    def difference(self, a: Mapping[str, Any], b: Mapping[str, Any]) -> float | None:
+    def difference(self, a: Mapping[str, Scalar], b: Mapping[str, Scalar]) -> float | None:
         """Predicted log speedup of `a` over `b`; None when they differ in a value the source never saw
         (or not at all)."""
         total, differs = 0.0, False
@@ -76,7 +76,7 @@ def fit_source(
     name: str,
     closeness: float,
     observations: Sequence[Observation],
-    axes: Mapping[str, Sequence[Any]],
+    axes: Mapping[str, Sequence[Scalar]],
     declared: Mapping[str, float],
 ) -> Source | None:
     """A source from its points (broken ones already placed below its worst correct one). Each axis's
@@ -100,7 +100,9 @@ def fit_source(
     return Source(name, closeness * (AXES_FLOOR + (1.0 - AXES_FLOOR) * shared), contrasts)
 
 
-def measure_agreement(sources: Sequence[Source], observed: Sequence[tuple[Mapping[str, Any], float]]) -> None:
+def measure_agreement(
+    sources: Sequence[Source], observed: Sequence[tuple[Mapping[str, Scalar], float]]
+) -> None:
     """Count, for each source, the pairs of this operator's verdicts it ranks rightly and wrongly
     (`observed` only grows: the pairs a new verdict makes are added to the counts)."""
     for source in sources:
@@ -120,7 +122,7 @@ def measure_agreement(sources: Sequence[Source], observed: Sequence[tuple[Mappin
 
 
 def graph_prior(
-    sources: Sequence[Source], declared: Mapping[str, float], axes: Mapping[str, Sequence[Any]]
+    sources: Sequence[Source], declared: Mapping[str, float], axes: Mapping[str, Sequence[Scalar]]
 ) -> dict[str, float]:
     """The prior mean of each value: the declared prior, moved towards the sources' weighted mean
     contrast in proportion to their total weight (the declaration counting as `DECLARED_WEIGHT`). A
@@ -148,7 +150,7 @@ def graph_prior(
     return prior
 
 
-def losers(sources: Sequence[Source], axes: Mapping[str, Sequence[Any]]) -> set[str]:
+def losers(sources: Sequence[Source], axes: Mapping[str, Sequence[Scalar]]) -> set[str]:
     """The values the trusted sources rank, on their weighted mean, below the best value of the axis
     they know by more than the noise: the graph arm need not try them first (the explore arm still
     covers them)."""

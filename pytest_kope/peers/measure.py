@@ -36,7 +36,7 @@ import numpy as np
 
 from ..candidate import Candidate
 from ..judge.measure.stats import PairedRatio, median_ci
-from ..spec import FLAGS, parse_spec
+from ..spec import FLAGS, Point, as_point, parse_spec
 from ..toolchains.base import Kernel
 from ..toolchains.c import CToolchain
 from .cases import Call, Case, Problem
@@ -61,7 +61,7 @@ class Timed:
     vs_best_peer: float | None = None  # best peer's time / this time, median over rounds
     vs_best_peer_low: float | None = None
     vs_best_peer_high: float | None = None
-    params: dict[str, Any] = field(default_factory=dict)  # a kernel's tuning point
+    params: Point = field(default_factory=dict)  # a kernel's tuning point
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,7 @@ class Comparison:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Comparison:
-        timed = tuple(Timed(**t) for t in data["timed"])
+        timed = tuple(Timed(**{**t, "params": as_point(t.get("params", {}))}) for t in data["timed"])
         return cls(**{**data, "timed": timed})
 
 
@@ -112,7 +112,7 @@ def use_threads(threads: int, torch: Any) -> list[str]:
 
 def build(
     source: str, filename: str, folder: Path, build_dir: Path, at: Isa | None = None
-) -> tuple[Kernel, dict[str, Any]]:
+) -> tuple[Kernel, Point]:
     """The kernel of `source` at its declared defaults, built by the project's C toolchain; with `at`,
     its flags follow the point's own (so they win over -march=native) and the library is checked to
     hold none of the instructions `at` forbids. The params returned are the point's own."""
@@ -284,7 +284,7 @@ def _compare(
     problem = case.make(np.random.default_rng(setup.seed), torch)
     calls: dict[str, Call] = {}
     kinds: dict[str, str] = {}
-    params: dict[str, dict[str, Any]] = {}
+    params: dict[str, Point] = {}
     for label, text, filename, folder in kernels:
         kernel, params[label] = build(text, filename, folder, build_dir, at)
         if not case.matches(tuple(parse_spec(text, filename).kernels)):

@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypedDict
 
+from ..spec import Point
+
 if TYPE_CHECKING:
     from ..judge.outcome import Judged
 
@@ -22,7 +24,7 @@ class Best(TypedDict):
 
     id: str
     idea: str
-    params: dict[str, Any]
+    params: Point
 
 
 class CandidateEntry(TypedDict):
@@ -31,7 +33,7 @@ class CandidateEntry(TypedDict):
     id: str
     agent: str
     idea: str
-    params: dict[str, Any]
+    params: Point
     parent: str | None
     outcome: str
     reason: str

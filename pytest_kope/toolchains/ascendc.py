@@ -33,7 +33,7 @@ from typing import Any
 from ..candidate import Candidate
 from ..errors import BuildError, SpecError, ToolchainMissing
 from ..hardware import cpu_fingerprint
-from ..spec import FLAGS, KernelSpec, bake_defaults
+from ..spec import FLAGS, KernelSpec, Scalar, bake_defaults
 from . import devices
 from .base import IN, INOUT, OUT, SCALAR, Arg, Availability, Kernel, KernelFunction, Timer, ToolchainBase
 from .cdefines import write_defines
@@ -105,7 +105,9 @@ def scalar_types(decl: str, where: str) -> dict[str, str]:
     return out
 
 
-def cmakelists(source: str, mode: str, soc: str, cann: Path, defines: Mapping[str, Any], options: str) -> str:
+def cmakelists(
+    source: str, mode: str, soc: str, cann: Path, defines: Mapping[str, Scalar], options: str
+) -> str:
     """The CMakeLists.txt of one build: `mode` "npu" (ascendc_library) or "cpu" (tikicpulib, with shim)."""
     defs = " ".join(f"-D{k}={v}" for k, v in defines.items())
     head = (
@@ -291,7 +293,7 @@ class AscendCToolchain(ToolchainBase):
             candidate, funcs, build_log="\n".join(log), extra={"device": "npu" if kind == "npu" else "cpu"}
         )
 
-    def bake(self, text: str, params: Mapping[str, Any]) -> str:
+    def bake(self, text: str, params: Mapping[str, Scalar]) -> str:
         """The header's defaults and the source's own defines both the winner's (`cdefines`)."""
         return write_defines(bake_defaults(text, params), params)
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from ..candidate import Candidate
-from ..spec import KernelSpec, bake_defaults
+from ..spec import KernelSpec, Scalar, bake_defaults
 
 IN, OUT, INOUT, SCALAR = "in", "out", "inout", "scalar"
 
@@ -103,7 +103,7 @@ class Toolchain(Protocol):
     def count_devices(self) -> int:
         """Accelerators it can judge on here (0 on a CPU): one timing worker each."""
 
-    def bake(self, text: str, params: Mapping[str, Any]) -> str:
+    def bake(self, text: str, params: Mapping[str, Scalar]) -> str:
         """The source with a winner's tuning values written in as its defaults (the committed file)."""
 
 
@@ -137,5 +137,5 @@ class ToolchainBase:
     def count_devices(self) -> int:
         return 0
 
-    def bake(self, text: str, params: Mapping[str, Any]) -> str:
+    def bake(self, text: str, params: Mapping[str, Scalar]) -> str:
         return bake_defaults(text, params)

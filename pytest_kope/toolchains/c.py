@@ -20,7 +20,7 @@ from typing import Any
 from ..candidate import Candidate
 from ..errors import BuildError, ConfigError, SpecError
 from ..hardware import cpu_fingerprint
-from ..spec import FLAGS, KernelSpec, bake_defaults
+from ..spec import FLAGS, KernelSpec, Scalar, bake_defaults
 from .base import IN, INOUT, OUT, SCALAR, Arg, Availability, Kernel, KernelFunction, Timer, ToolchainBase
 from .cdefines import write_defines
 from .ownbuild import keep_screened, own_build, own_build_key
@@ -197,7 +197,7 @@ class CToolchain(ToolchainBase):
             str(src), *companions, "-o", str(out), "-lm",
         ]  # fmt: skip
 
-    def bake(self, text: str, params: Mapping[str, Any]) -> str:
+    def bake(self, text: str, params: Mapping[str, Scalar]) -> str:
         """The header's defaults and the source's own defines both the winner's (`cdefines`)."""
         return write_defines(bake_defaults(text, params), params)
 

@@ -12,16 +12,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
 
-from ..spec import FLAGS
+from ..spec import FLAGS, Scalar
 
 BEGIN = "/* pytest-kope: tuned values; a -D on the command line still overrides them */"
 END = "/* pytest-kope: end of tuned values */"
 _BLOCK = re.compile(re.escape(BEGIN) + r".*?" + re.escape(END) + r"\n?", re.S)
 
 
-def write_defines(text: str, point: Mapping[str, Any]) -> str:
+def write_defines(text: str, point: Mapping[str, Scalar]) -> str:
     """`text` with every parameter of `point` (flags aside) defined as its value when no -D is given."""
     values = {k: str(v) for k, v in point.items() if k != FLAGS}
     text = _BLOCK.sub("", text)

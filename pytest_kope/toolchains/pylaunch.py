@@ -41,7 +41,7 @@ from types import ModuleType
 from typing import Any
 
 from ..errors import BuildError, SpecError
-from ..spec import FLAGS, KernelSpec, bake_defaults
+from ..spec import FLAGS, KernelSpec, Scalar, bake_defaults
 from .base import IN, INOUT, OUT, SCALAR, Arg
 from .screening import (
     ALLOWED_MODULES,
@@ -104,7 +104,7 @@ def _is_literal(node: ast.expr) -> bool:
     return True
 
 
-def apply_params(text: str, params: Mapping[str, Any], filename: str) -> str:
+def apply_params(text: str, params: Mapping[str, Scalar], filename: str) -> str:
     """`text` with each param's top-level ``NAME = literal`` set to ``params[NAME]``."""
     if FLAGS in params:
         raise BuildError(
@@ -148,7 +148,7 @@ def _offset(text: str, starts: list[int], lineno: int, col: int) -> int:
     return line_start + len(line.encode()[:col].decode(errors="ignore"))  # ast columns count UTF-8 bytes
 
 
-def bake(text: str, point: Mapping[str, Any], filename: str = "<source>") -> str:
+def bake(text: str, point: Mapping[str, Scalar], filename: str = "<source>") -> str:
     """The source with `point` as both the declared default and the assigned value (what to commit)."""
     return apply_params(bake_defaults(text, point), {k: v for k, v in point.items() if k != FLAGS}, filename)
 

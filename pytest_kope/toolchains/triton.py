@@ -28,7 +28,7 @@ from typing import Any
 from ..candidate import Candidate
 from ..errors import ToolchainMissing
 from ..hardware import cpu_fingerprint
-from ..spec import KernelSpec
+from ..spec import KernelSpec, Scalar
 from . import devices, pylaunch
 from .base import Availability, Kernel, KernelFunction, Timer, ToolchainBase
 
@@ -82,7 +82,7 @@ class TritonToolchain(ToolchainBase):
             True, f"interpreter (TRITON_INTERPRET=1; correctness only, no timing): {found['why']}"
         )
 
-    def bake(self, text: str, params: Mapping[str, Any]) -> str:
+    def bake(self, text: str, params: Mapping[str, Scalar]) -> str:
         """Python kernels carry the winning values also as module-level literals (pylaunch.bake)."""
         return pylaunch.bake(text, params)
 
