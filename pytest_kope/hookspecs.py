@@ -76,6 +76,9 @@ def pytest_kope_candidate_judged(operator: str, result: Any, config: pytest.Conf
 def pytest_kope_operator_done(operator: str, summary: dict[str, Any], config: pytest.Config) -> None:
     """Called after an operator's loop, verification and commit; `summary` is its report entry.
 
+    Called once for every operator the report holds: also for one an interruption (Ctrl-C, SIGTERM)
+    found unfinished or kept from starting, whose `summary["stopped"]["reason"]` is "interrupted".
+
     `summary` is a plain dict, the operator's entry in report.json (`OperatorSummary.to_json()`), not
     the typed object the run keeps: hooks written against it are users' code, so its shape is a
     contract; a copy, so changing it changes nothing in the report.

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from op_repos import git
 
@@ -28,6 +29,12 @@ def ops_repo(root: Path) -> Path:
     shutil.copy(SAMPLE_OPS / "pytest.ini", root / "pytest.ini")
     for name in ("rowsum", "softmax"):
         shutil.copytree(SAMPLE_OPS / name, root / name)
+    told = root.parent / "operator_done.jsonl"  # what a user's plugin is told of each operator
+    (root / "conftest.py").write_text(
+        "import json\n\n\ndef pytest_kope_operator_done(operator, summary, config):\n"
+        f"    with open({str(told)!r}, 'a') as f:\n"
+        "        f.write(json.dumps([operator, summary['stopped']['reason']]) + '\\n')\n"
+    )
     git(root, "init", "-q", "-b", "main")
     git(root, "add", "-A")
     git(root, "commit", "-qm", "operators")
@@ -90,8 +97,9 @@ def wait_for_verdicts(run: Run, db: Path, n: int, timeout: float = 240) -> None:
         time.sleep(0.3)
 
 
-def report_of(repo: Path, run_id: str) -> dict:
-    return json.loads((repo / ".kope" / "runs" / run_id / "report.json").read_text())
+def report_of(repo: Path, run_id: str) -> dict[str, Any]:
+    report: dict[str, Any] = json.loads((repo / ".kope" / "runs" / run_id / "report.json").read_text())
+    return report
 
 
 def run_id_of(text: str) -> str:
@@ -119,6 +127,8 @@ def test_ctrl_c_mid_search_reports_cleans_up_and_the_next_run_resumes(tmp_path: 
         "short": "interrupted",
         "detail": "not started: the run was interrupted",
     }
+    told = [json.loads(line) for line in (tmp_path / "operator_done.jsonl").read_text().splitlines()]
+    assert sorted(told) == [["rowsum", "interrupted"], ["softmax", "interrupted"]]  # once each, as reported
     rowsum = next(o for o in data["operators"] if o["name"] == "rowsum")
     assert rowsum["verified"] is False and rowsum["baseline_s"] > 0  # what was done is reported
     assert (repo / ".kope" / "runs" / run_id / "report.md").exists()

@@ -33,6 +33,7 @@ class OperatorRun:
     op: Operator
     items: list[pytest.Item]
     summary: OperatorSummary | None = None  # None until the operator ended, or was kept from starting
+    told: bool = False  # pytest_kope_operator_done was called with its summary
 
 
 @dataclass(frozen=True)

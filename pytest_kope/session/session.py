@@ -173,6 +173,8 @@ class KopeSession:
             pass  # each operator's summary says where the interruption found it
         if stop.why:
             not_started(runs)
+            for run in runs:
+                self._done(run)
         session.testsfailed = sum(run.summary is not None and run.summary.failed for run in runs)
         self._finish()
         if stop.why:
@@ -196,14 +198,24 @@ class KopeSession:
         # an operator's minimum: one round that keeps each correctness worker busy once
         clock = self.run.clock
         slot = clock.slot(left, self.run.settings.jobs) if clock.limited else None
-        summary = run.summary = self._one(run, slot)
-        faults = self.concurrency.faults.get(run.op.name)
-        if faults:
-            summary.infrastructure_faults = faults
-        # the hook's `summary` is a plain dict, report.json's entry: a contract with users' plugins
-        self.config.hook.pytest_kope_operator_done(
-            operator=run.op.name, summary=summary.to_json(), config=self.config
-        )
+        try:
+            run.summary = self._one(run, slot)
+        finally:  # interrupted, `_one` left where the interruption found it in `run.summary`
+            if run.summary is not None:
+                faults = self.concurrency.faults.get(run.op.name)
+                if faults:
+                    run.summary.infrastructure_faults = faults
+                self._done(run)
+
+    def _done(self, run: OperatorRun) -> None:
+        """`pytest_kope_operator_done`, once for each operator the report holds: one that ended, one
+        the interruption found unfinished or kept from starting. The hook's `summary` is a plain dict,
+        report.json's entry: a contract with users' plugins."""
+        if run.summary is not None and not run.told:
+            run.told = True
+            self.config.hook.pytest_kope_operator_done(
+                operator=run.op.name, summary=run.summary.to_json(), config=self.config
+            )
 
     def _one(self, run: OperatorRun, slot: Slot | None) -> OperatorSummary:
         """Optimize one operator; its summary (`error` set when it stopped on one). Interrupted, it
