@@ -6,7 +6,7 @@ it), and sum the operator up for the report.
 from __future__ import annotations
 
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -22,6 +22,7 @@ from .progress import Progress
 FALLBACKS = 2  # runners-up verified at most, when winners are found incorrect in verification
 
 if TYPE_CHECKING:
+    from ..judge.controller.plaincheck import PlainRun
     from ..judge.controller.runner import Judge, Plan
     from ..judge.outcome import Judged
     from ..operator import Operator
@@ -44,6 +45,17 @@ class Operand(Protocol):
     def fault(self, j: Judged) -> None: ...
 
 
+@dataclass
+class Checked:
+    """What verifying the incumbent as the file to commit gave: the verified winner (None: none),
+    that file, the note for the report, and the plain pytest run on it (None: it never got that far)."""
+
+    verified: Judged | None
+    baked: str = ""
+    note: str = ""
+    plain: PlainRun | None = None
+
+
 def conclude(s: Run, loop: Operand, p: Progress, seconds: float) -> OperatorSummary:
     """Verify and commit the incumbent (if it is not the baseline); the operator's summary."""
     op = loop.op
@@ -53,7 +65,7 @@ def conclude(s: Run, loop: Operand, p: Progress, seconds: float) -> OperatorSumm
     earlier = last_committed(s.graph, loop.task)  # before this run commits anything
     rtol, rtol_from = loop.judge.timed_rtol
     timed_rtol: TimedRtol = {"rtol": rtol, "from": rtol_from}
-    plain: list[dict[str, Any]] = []  # each plain pytest run on a file to commit
+    plain: PlainRun | None = None  # the last plain pytest run on a file to commit
     if p.incumbent is not p.baseline and not s.clock.can_verify():
         note = (
             f"not verified: the time budget ran out ({max(0.0, s.clock.left()):.0f} s left, "
@@ -61,7 +73,8 @@ def conclude(s: Run, loop: Operand, p: Progress, seconds: float) -> OperatorSumm
         )
     elif p.incumbent is not p.baseline:
         started = time.monotonic()
-        verified, baked, note = _verify_or_runner_up(s, loop, p, plain)
+        checked = _verify_or_runner_up(s, loop, p)
+        verified, baked, note, plain = checked.verified, checked.baked, checked.note, checked.plain
         s.clock.verifies.append(time.monotonic() - started)
         if verified is not None:
             s.publisher.measure_peers(op, baked)  # --kope-peers, before the PR body is written
@@ -82,7 +95,7 @@ def conclude(s: Run, loop: Operand, p: Progress, seconds: float) -> OperatorSumm
         op=op, search=p.searched(), verified=verified, winner=winner, note=note, seconds_spent=seconds
     )
     summary.timed_rtol = timed_rtol
-    summary.plain_pytest = plain[-1] if plain else None
+    summary.plain_pytest = plain.to_json() if plain else None
     summary.machine_busy = _machine_busy([*p.history, *([verified] if verified else [])])
     # publish.py's contract is a dict: it reads the entry's candidates and hands back its own keys
     summary.published = Published.from_json(s.publisher.after(op.name, summary.to_json()))
@@ -99,10 +112,8 @@ def _keep(s: Run, op: Operator, baked: str) -> Path:
     return kept
 
 
-def _verify_committed(
-    s: Run, loop: Operand, p: Progress, plain_runs: list[dict[str, Any]]
-) -> tuple[Judged | None, str, str]:
-    """(verified winner, the file to commit, note). The toolchain writes the winning values into the
+def _verify_committed(s: Run, loop: Operand, p: Progress) -> Checked:
+    """The incumbent verified as the file to commit. The toolchain writes the winning values into the
     source (`Toolchain.bake`), and that file, the one a merge delivers, is what the fresh processes
     judge and time against the baseline; then the operator's tests run on it as plain `pytest` does."""
     inc = p.incumbent.candidate
@@ -113,19 +124,18 @@ def _verify_committed(
         loop.judge, p.baseline, p.incumbent, s.settings.min_gain, loop.fault, as_committed
     )
     if verified is None:
-        return None, "", note
+        return Checked(None, note=note)
     for line in verified.notes:  # timed again, or on a busy machine: the reader should know
         if line.startswith("timed "):
             loop.say(line)
     verified.candidate = inc  # measured as the committed file; named as the search found it
     plain = plaincheck.run(loop.plan, loop.op.source, baked, *((s.vcs.top, s.vcs.base) if s.vcs else ()))
-    plain_runs.append(plain.to_json())
     loop.say(plain.line())
     if not plain.ok:  # judged correct, yet wrong where the user runs it: incorrect
         p.incumbent.outcome = Outcome.INCORRECT
         p.incumbent.failures.insert(0, plain.line())
-        return None, "", f"not committed: {plain.line()}"
-    return verified, baked, note
+        return Checked(None, note=f"not committed: {plain.line()}", plain=plain)
+    return Checked(verified, baked, note, plain)
 
 
 def _machine_busy(judged: list[Judged]) -> MachineBusy | None:
@@ -136,19 +146,19 @@ def _machine_busy(judged: list[Judged]) -> MachineBusy | None:
     return {"median": round(seen[len(seen) // 2], 3), "max": round(seen[-1], 3), "timings": len(seen)}
 
 
-def _verify_or_runner_up(
-    s: Run, loop: Operand, p: Progress, plain_runs: list[dict[str, Any]]
-) -> tuple[Judged | None, str, str]:
+def _verify_or_runner_up(s: Run, loop: Operand, p: Progress) -> Checked:
     """`_verify_committed`; when the winner is found wrong on inputs it had never seen (drawn calls
     land in a narrow band of a cheat only in some runs), the runner-up is verified in its place."""
-    verified, baked, note = _verify_committed(s, loop, p, plain_runs)
+    checked = _verify_committed(s, loop, p)
     for _ in range(FALLBACKS):
-        if verified is not None or (runner_up := _runner_up(p, s.settings.min_gain)) is None:
+        if checked.verified is not None or (runner_up := _runner_up(p, s.settings.min_gain)) is None:
             break
-        loop.say(f"{note[:200]}; verifying the runner-up {runner_up.candidate.short} instead")
+        loop.say(f"{checked.note[:200]}; verifying the runner-up {runner_up.candidate.short} instead")
         p.incumbent = runner_up
-        verified, baked, note = _verify_committed(s, loop, p, plain_runs)
-    return verified, baked, note
+        plain = checked.plain
+        checked = _verify_committed(s, loop, p)
+        checked.plain = checked.plain or plain  # the report tells the last plain run there was
+    return checked
 
 
 def _runner_up(p: Progress, min_gain: float) -> Judged | None:

@@ -17,13 +17,13 @@ class Progress:
 
     baseline: Judged
     rule: StopRule
-    incumbent: Judged = None  # type: ignore[assignment]  # the baseline until something beats it
+    incumbent: Judged = field(init=False)  # the baseline until something beats it
     history: list[Judged] = field(default_factory=list)
     best_at: int = 0  # the evaluation that found the incumbent
     started: float = field(default_factory=time.monotonic)  # for the evaluations per minute
 
     def __post_init__(self) -> None:
-        self.incumbent = self.incumbent or self.baseline
+        self.incumbent = self.baseline
 
     def judged(self, batch: list[Judged], seconds: float) -> None:
         """A judged batch: the stop rule counts it; a candidate crowned BETTER is the new incumbent."""
