@@ -271,6 +271,21 @@ def test_kill_loop_smoke(tmp_path: Path) -> None:
     assert json.loads(out.read_text())["ok"] is True
 
 
+def test_candidate_path_follows_the_winner_from_the_loop_to_the_report(tmp_path: Path) -> None:
+    out = tmp_path / "candidate_path.json"
+    proc = bench("bench/candidate_path.py", "--budget", "1", "--json", str(out))
+    way = json.loads(out.read_text())
+    assert "files" in proc.stdout and way["candidate"], proc.stdout[-2000:]
+    first, *_, last = way["way"]
+    assert first.startswith("pytest_kope/session/loop.py") and last.startswith("pytest_kope/review/"), way[
+        "way"
+    ]
+    assert any(stay.startswith("pytest_kope/judge/controller/") for stay in way["way"])
+    assert way["files"] == len(way["entered"]) and way["stays"] == len(way["way"]) == sum(
+        way["entered"].values()
+    )
+
+
 def test_peers_smoke(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     out = tmp_path / "peers.json"
