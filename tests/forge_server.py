@@ -134,9 +134,11 @@ class ForgeServer:
             if self.branches is not None and body["base"] not in self.branches:  # as GitHub answers
                 error = {"resource": "PullRequest", "field": "base", "code": "invalid"}
                 return 422, {"message": "Validation Failed", "errors": [error]}
-            pull = Pull(len(self.pulls) + 1, body["head"], body["base"], body["title"], body.get("body", ""))
-            self.pulls.append(pull)
-            return 201, self.github_json(repo, pull)
+            opened = Pull(
+                len(self.pulls) + 1, body["head"], body["base"], body["title"], body.get("body", "")
+            )
+            self.pulls.append(opened)
+            return 201, self.github_json(repo, opened)
         pull = next((p for p in self.pulls if str(p.number) == number), None)
         if pull is None:
             return 404, {"message": "Not Found"}
@@ -184,15 +186,15 @@ class ForgeServer:
         if iid is None and method == "POST":
             if self.open_pulls(body["source_branch"]):
                 return 409, {"message": ["Another open merge request already exists for this source branch"]}
-            pull = Pull(
+            opened = Pull(
                 len(self.pulls) + 1,
                 body["source_branch"],
                 body["target_branch"],
                 body["title"],
                 body.get("description", ""),
             )
-            self.pulls.append(pull)
-            return 201, self.gitlab_json(project, pull)
+            self.pulls.append(opened)
+            return 201, self.gitlab_json(project, opened)
         pull = next((p for p in self.pulls if str(p.number) == iid), None)
         if pull is None:
             return 404, {"message": "404 Not found"}
@@ -206,7 +208,7 @@ class ForgeServer:
 
     def answer(
         self, method: str, raw_path: str, headers: dict[str, str], raw: bytes
-    ) -> tuple[int, Any, dict]:
+    ) -> tuple[int, Any, dict[str, str]]:
         parts = urlsplit(raw_path)
         path, query = parts.path, parse_qs(parts.query)
         try:

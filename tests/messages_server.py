@@ -28,7 +28,7 @@ from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
@@ -113,6 +113,9 @@ class Recorded:
     size: int  # bytes of the body
 
 
+_Server = TypeVar("_Server", bound="MessagesServer")
+
+
 class MessagesServer:
     """The server; `url` is the base URL to give the client."""
 
@@ -139,7 +142,8 @@ class MessagesServer:
     def bodies(self) -> list[Any]:
         return [r.body for r in self.requests]
 
-    def start(self) -> MessagesServer:
+    def start(self: _Server) -> _Server:
+        """Serve in a thread; the server itself (a ChatServer's start gives the ChatServer)."""
         self._thread.start()
         return self
 

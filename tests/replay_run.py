@@ -60,10 +60,11 @@ class ReplayRun:
         reports = sorted((self.repo / ".kope" / "runs").glob("*/report.json"))
         assert reports, f"no report was written\n{self.output[-4000:]}"
         self.report: dict[str, Any] = json.loads(reports[-1].read_text())
-        self.ops = {o["name"]: o for o in self.report["operators"]}
+        self.ops: dict[str, dict[str, Any]] = {o["name"]: o for o in self.report["operators"]}
 
     def verdict(self, op: str, name: str) -> dict[str, Any]:
         """The judged candidate replayed from `<op>/<name>.c`."""
+        c: dict[str, Any]
         for c in self.ops[op].get("candidates", []):
             if re.match(rf"replayed {re.escape(name)}\.c\b", c.get("idea", "")):
                 return c

@@ -26,6 +26,7 @@ import sqlite3
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -174,13 +175,13 @@ class Run:
         self.report = json.loads(runs[-1].read_text())
         (op,) = self.report["operators"]
         self.op = op
-        self.by_name = {}
+        self.by_name: dict[str, dict[str, Any]] = {}
         for c in op.get("candidates", []):
             m = re.match(r"replayed (\w+)\.c", c["idea"])
             if m:
                 self.by_name[m.group(1)] = c
 
-    def outcome(self, name: str) -> dict:
+    def outcome(self, name: str) -> dict[str, Any]:
         assert name in self.by_name, (
             f"{name} was not judged; judged: {sorted(self.by_name)}\n{self.output[-3000:]}"
         )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from typing import Any
 
 import pytest
 from messages_server import MessagesServer, garbage, reply, status, tool_call, usage
@@ -29,9 +30,10 @@ def run(pytester: pytest.Pytester, server: MessagesServer, monkeypatch, *args: s
     )
 
 
-def report(pytester: pytest.Pytester) -> dict:
+def report(pytester: pytest.Pytester) -> dict[str, Any]:
     (path,) = (pytester.path / ".kope" / "runs").glob("*/report.json")
-    return json.loads(path.read_text())
+    found: dict[str, Any] = json.loads(path.read_text())
+    return found
 
 
 def test_model_candidates_go_through_judging_to_a_verified_winner(pytester, op_repo, server, monkeypatch):

@@ -44,7 +44,9 @@ def test_context_shows_the_prompt_and_the_right_family_and_hardware_first(tmp_pa
     assert done.returncode == 0, done.stderr
     out = done.stdout
     assert out.startswith("# Prompt for softmax: agent claude, provider anthropic, model ")
-    used, budget = map(int, re.search(r"## Recalled experience: (\d+) of (\d+) tokens", out).groups())
+    recalled = re.search(r"## Recalled experience: (\d+) of (\d+) tokens", out)
+    assert recalled, out
+    used, budget = map(int, recalled.groups())
     assert 0 < used <= budget == 1500
     matches = re.findall(r"^shown: lesson \(\w+\), \d+ tokens; score [\d.]+, .*match (\w+)/(\w+)$", out, re.M)
     assert matches and matches[0] == ("operator", "hardware")  # softmax's own lessons, this machine, first

@@ -125,7 +125,7 @@ def _context() -> Context:
     baseline = Judged(committed, Outcome.OK, speedup=1.0)
 
     def recall(state: str = "", budget: int = 12) -> Recall:
-        return Recall("")
+        return Recall()
 
     return Context(info, {"arch": "x86_64"}, baseline, baseline, [baseline], 8, recall, lambda h: False)
 
@@ -170,7 +170,8 @@ def test_agent_proposes_candidates_that_keep_the_interface(agent: Agent) -> None
         assert c.parent == ctx.incumbent.candidate.hash and c.hash != ctx.baseline.candidate.hash
         assert isinstance(c.idea, str) and c.idea.strip()
         assert parse_spec(c.source, c.filename).kernels == ctx.operator.kernels
-    assert agent.observe(ctx, [Judged(c, Outcome.OK) for c in proposed]) is None
+    observe: Callable[[Context, list[Judged]], object] = agent.observe  # a plugin's agent: what it gives back
+    assert observe(ctx, [Judged(c, Outcome.OK) for c in proposed]) is None
     usage = agent.usage()
     assert isinstance(usage, dict)
     assert agent.propose(ctx, 0) == []

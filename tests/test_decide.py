@@ -6,8 +6,12 @@ each case is decided by the rule alone, not by this machine's noise."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pytest_kope.candidate import Candidate
+from pytest_kope.judge.controller.runner import Plan
 from pytest_kope.judge.outcome import Judged, Outcome, Timing
+from pytest_kope.operator import Operator
 from pytest_kope.session.decide import judge_batch, time_and_decide, undecided_gain
 
 GAIN = 0.05
@@ -17,11 +21,26 @@ def timing(ratio: float, low: float, high: float) -> Timing:
     return Timing("t::perf", 1.0, 1.0 / ratio, ratio, low, high, 41)
 
 
+def plan(devices: tuple[int, ...] = ()) -> Plan:
+    """The judge's plan, of which decide reads the devices (none: one timing worker, on the CPU)."""
+    op = Operator(name="k", source=Path("k.c"), toolchain="c", family="elementwise")
+    return Plan(
+        operator=op,
+        rootdir=Path("."),
+        inifile=None,
+        files=[],
+        correctness=[],
+        performance=[],
+        devices=devices,
+    )
+
+
 class ScriptedTimings:
     """Hands out the paired timings of a script, one per `performance` call; a str is a lost judgement."""
 
     def __init__(self, *script: Timing | str) -> None:
         self.script, self.calls = list(script), 0
+        self.plan = plan()
 
     def performance(self, j: Judged, reference: Candidate) -> Judged:
         step = self.script[self.calls]
@@ -38,12 +57,13 @@ class ScriptedTimings:
     def performance_many(self, judged: list[Judged], reference: Candidate) -> list[Judged]:
         return [self.performance(j, reference) for j in judged]
 
-    class plan:  # noqa: N801 (the judge's plan, of which decide reads the devices)
-        devices = [None]
-
 
 def judged(name: str) -> Judged:
     return Judged(Candidate(f"// {name}\n", "k.c", "c", {"X": name}), Outcome.OK)
+
+
+def dropped(j: Judged) -> None:
+    """Where the verdicts or faults go that a case does not look at."""
 
 
 def incumbent() -> Judged:
@@ -54,7 +74,8 @@ def incumbent() -> Judged:
 
 def test_an_undecided_gain_gets_a_second_look_that_can_crown_it() -> None:
     judge = ScriptedTimings(timing(1.09, 0.98, 1.20), timing(1.10, 1.04, 1.15))
-    j, faults = judged("a"), []
+    j = judged("a")
+    faults: list[Judged] = []
     assert undecided_gain(_timed(j, 1.09, 0.98, 1.20), GAIN)
     assert time_and_decide(judge, judged("a"), incumbent(), GAIN, faults.append)
     assert judge.calls == 2 and not faults
@@ -63,7 +84,7 @@ def test_an_undecided_gain_gets_a_second_look_that_can_crown_it() -> None:
 def test_the_second_look_alone_decides_and_there_is_no_third() -> None:
     judge = ScriptedTimings(timing(1.09, 0.98, 1.20), timing(1.07, 0.97, 1.18), timing(1.5, 1.4, 1.6))
     j = judged("b")
-    assert not time_and_decide(judge, j, incumbent(), GAIN, [].append)
+    assert not time_and_decide(judge, j, incumbent(), GAIN, dropped)
     assert judge.calls == 2 and j.outcome == Outcome.OK
     assert j.ratio == 1.07 and j.speedup == 2.0 * 1.07  # the second timing is the record
     assert any("second look" in n and "1.09x" in n for n in j.notes)
@@ -72,12 +93,13 @@ def test_the_second_look_alone_decides_and_there_is_no_third() -> None:
 def test_a_decided_verdict_is_not_timed_again() -> None:
     for first in (timing(1.30, 1.20, 1.40), timing(1.02, 0.95, 1.04), timing(1.04, 0.99, 1.10)):
         judge = ScriptedTimings(first, timing(2.0, 1.9, 2.1))
-        time_and_decide(judge, judged("c"), incumbent(), GAIN, [].append)
+        time_and_decide(judge, judged("c"), incumbent(), GAIN, dropped)
         assert judge.calls == 1, first  # crowned, decided not better, or a median gain below 5%
 
 
 def test_a_lost_timing_is_a_fault_not_a_second_look() -> None:
-    judge, faults = ScriptedTimings("the fork server died"), []
+    judge = ScriptedTimings("the fork server died")
+    faults: list[Judged] = []
     assert not time_and_decide(judge, judged("d"), incumbent(), GAIN, faults.append)
     assert judge.calls == 1 and len(faults) == 1
 
@@ -86,7 +108,7 @@ def test_judge_batch_crowns_after_a_second_look_and_times_the_next_against_it() 
     judge = ScriptedTimings(timing(1.09, 0.98, 1.20), timing(1.10, 1.04, 1.15), timing(1.02, 0.9, 1.1))
     a, b = judged("a").candidate, judged("b").candidate
     remembered: list[Judged] = []
-    verdicts = judge_batch(judge, [a, b], incumbent(), GAIN, remembered.append, [].append)
+    verdicts = judge_batch(judge, [a, b], incumbent(), GAIN, remembered.append, dropped)
     assert [v.outcome for v in verdicts] == [Outcome.BETTER, Outcome.OK]
     assert verdicts[1].speedup == 2.0 * 1.10 * 1.02  # b's ratio is against a, the new incumbent
     assert remembered == verdicts
@@ -101,9 +123,9 @@ def test_with_several_devices_the_undecided_gains_get_their_second_look_too() ->
     judge = ScriptedTimings(
         timing(1.09, 0.98, 1.20), timing(1.01, 0.9, 1.1), timing(1.30, 1.2, 1.4), timing(1.12, 1.06, 1.2)
     )
-    judge.plan = type("plan", (), {"devices": [0, 1]})
+    judge.plan = plan(devices=(0, 1))
     a, b = judged("a").candidate, judged("b").candidate
-    verdicts = judge_batch(judge, [a, b], incumbent(), GAIN, [].append, [].append)
+    verdicts = judge_batch(judge, [a, b], incumbent(), GAIN, dropped, dropped)
     assert judge.calls == 3  # a twice (undecided, then crowned), b once (decided not better)
     assert [v.outcome for v in verdicts] == [Outcome.BETTER, Outcome.OK]
     assert any("second look" in n for n in verdicts[0].notes)
@@ -111,7 +133,7 @@ def test_with_several_devices_the_undecided_gains_get_their_second_look_too() ->
 
 def test_with_several_devices_a_gain_undecided_twice_stays_ok_with_one_note() -> None:
     judge = ScriptedTimings(timing(1.09, 0.98, 1.20), timing(1.08, 0.97, 1.19))
-    judge.plan = type("plan", (), {"devices": [0, 1]})
-    (verdict,) = judge_batch(judge, [judged("a").candidate], incumbent(), GAIN, [].append, [].append)
+    judge.plan = plan(devices=(0, 1))
+    (verdict,) = judge_batch(judge, [judged("a").candidate], incumbent(), GAIN, dropped, dropped)
     assert judge.calls == 2 and verdict.outcome == Outcome.OK
     assert sum("second look" in n for n in verdict.notes) == 1

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import threading
 from pathlib import Path
 
 import pytest
@@ -311,10 +312,9 @@ def test_a_flaky_test_is_the_tests_fault_not_the_candidates(tmp_path):
     ]
 
 
-def _scale_functions(late: bool, threads: list):
+def _scale_functions(late: bool, threads: list[threading.Thread]):
     """A `scale` kernel in Python; `late`: right when it returns, then a thread (which holds the
     buffers, so they outlive it) adds 1 to the output 0.2 ms later."""
-    import threading
     import time
 
     import numpy as np
@@ -324,8 +324,13 @@ def _scale_functions(late: bool, threads: list):
 
     def raw(x, y, n):
         np.multiply(x, 2, out=y)
+
+        def add_one_later():
+            time.sleep(2e-4)
+            np.add(y, 1, out=y)
+
         if late:
-            threads.append(threading.Thread(target=lambda: (time.sleep(2e-4), np.add(y, 1, out=y))))
+            threads.append(threading.Thread(target=add_one_later))
             threads[-1].start()
 
     fn = KernelFunction("scale", raw, (Arg("x", "in"), Arg("y", "out"), Arg("n", "scalar")))
@@ -339,7 +344,7 @@ def test_the_replay_checks_settling_once_for_all_its_calls(tmp_path):
 
     from pytest_kope.judge.child import differential, guards
 
-    threads: list = []
+    threads: list[threading.Thread] = []
     honest, honest_replay = _scale_functions(False, threads)
     _, late_replay = _scale_functions(True, threads)
     recorder = guards.SWITCHES.recorder = differential.Recorder()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +21,7 @@ from pytest_kope.candidate import Candidate
 from pytest_kope.judge import arrays
 from pytest_kope.judge.child import callfiles, differential, drawing, draws, shapes
 from pytest_kope.spec import parse_spec
+from pytest_kope.toolchains.base import KernelFunction
 from pytest_kope.toolchains.c import CToolchain
 
 # --- shape inference --------------------------------------------------------------------------------
@@ -82,20 +84,20 @@ def test_no_rule_from_one_call_or_an_unsized_argument() -> None:
 SHAPES = [(1, 1), (1, 16), (3, 7), (4, 33), (17, 31), (2, 1023), (127, 257), (3, 4099)]
 
 
-def built(op: str, source: str) -> dict[str, object]:
+def built(op: str, source: str) -> dict[str, KernelFunction]:
     candidate = Candidate(source, f"{op}.c", "c", {"flags": "-O2"})
     return dict(CToolchain().build(candidate, parse_spec(source), Path(tempfile.mkdtemp())).functions)
 
 
-def recorded(op: str, make: object) -> differential.Recorder:
+def recorded(op: str, make: Callable[[np.random.Generator, int, int], np.ndarray]) -> differential.Recorder:
     """The committed kernel's calls on the tests' shapes, recorded as a correctness child does."""
     fn = built(op, (SAMPLE_OPS / op / f"{op}.c").read_text())[op]
     recorder, rng = differential.Recorder(), np.random.default_rng(7)
     for rows, cols in SHAPES:
-        x = make(rng, rows, cols)  # type: ignore[operator]
+        x = make(rng, rows, cols)
         y = np.empty(rows if op == "rowsum" else (rows, cols), np.float32)
-        fn.raw(x, y, rows, cols)  # type: ignore[attr-defined]
-        recorder(fn, (x, y, rows, cols), {0: x.copy()})  # type: ignore[arg-type]
+        fn.raw(x, y, rows, cols)
+        recorder(fn, (x, y, rows, cols), {0: x.copy()})
     return recorder
 
 
@@ -157,12 +159,12 @@ def test_a_failing_draw_shrinks_to_a_minimal_input(tmp_path: Path) -> None:
         x = np.array(inputs[f"{entry['key']}-a0"])
         rows, cols = entry["scalars"]["2"], entry["scalars"]["3"]
         y = np.empty(rows, np.float32)
-        cheat["rowsum"].raw(x, y, rows, cols)  # type: ignore[attr-defined]
+        cheat["rowsum"].raw(x, y, rows, cols)
         want = expected[entry["key"]]["a1"]
         if arrays.mismatch(y, want, 1e-2, differential.rounding_floor(entry, want.dtype)):
             failing.append(entry["key"])  # as the judge finds it: beyond rounding
     assert failing, "no drawn call reached a width past 4099"
-    smallest = drawing.shrink(folder, failing[0], cheat, committed, 1e-2)  # type: ignore[arg-type]
+    smallest = drawing.shrink(folder, failing[0], cheat, committed, 1e-2)
     assert smallest.startswith("rowsum(#2=1, #3=4"), smallest  # one row, just past the tested widths
     assert "output #1: max error" in smallest, smallest
 

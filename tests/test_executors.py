@@ -63,6 +63,7 @@ def test_the_toolchain_environment_travels_less_the_nodes_own() -> None:
 
     from pytest_kope.judge.controller.executors import for_worker, node_env
     from pytest_kope.judge.controller.runner import Plan
+    from pytest_kope.operator import Operator
 
     toolchain_env = {
         "KOPE_C_SCREEN_BINARY": "0",
@@ -71,9 +72,16 @@ def test_the_toolchain_environment_travels_less_the_nodes_own() -> None:
         "ASCEND_RT_VISIBLE_DEVICES": "0,1",
         "OMP_WAIT_POLICY": "passive",
     }
-    fields = dict.fromkeys(Plan.__dataclass_fields__)
-    plan: Any = Plan(
-        **{**fields, "toolchain_env": toolchain_env, "device_env_var": "ASCEND_RT_VISIBLE_DEVICES"}
+    op = Operator(name="add", source=Path("add/add.cpp"), toolchain="ascendc", family="elementwise")
+    plan = Plan(
+        operator=op,
+        rootdir=Path("."),
+        inifile=None,
+        files=[],
+        correctness=[],
+        performance=[],
+        toolchain_env=toolchain_env,
+        device_env_var="ASCEND_RT_VISIBLE_DEVICES",
     )
     plan.node = SimpleNamespace()
     assert for_worker(plan).toolchain_env == {

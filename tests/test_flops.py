@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -116,7 +117,7 @@ def test_mm_speed(kernel, kope_bench, rng):
 """
 
 
-def optimize(root: Path, flops: str) -> tuple[dict, str, str]:
+def optimize(root: Path, flops: str) -> tuple[dict[str, Any], str, str]:
     """One tuner run (its only other point: -O2) on an mm repo whose marker declares `flops`."""
     make_op_repo(root, MM_C, MM_TEST.replace("FLOPS", repr(flops)), name="mm")
     cmd = [sys.executable, "-m", "pytest", "--kope-optimize", "--kope-agent=tuner", "--kope-budget", "1"]

@@ -6,7 +6,7 @@ import pytest
 from forge_server import ForgeServer, forge_server_fixture  # noqa: F401
 
 from pytest_kope.errors import ConfigError, ForgeError
-from pytest_kope.review.forge import ForgeSettings, make_forge, redact
+from pytest_kope.review.forge import ForgeSettings, GitLabForge, make_forge, redact
 
 
 def settings(server: ForgeServer, kind: str = "github", token: str | None = None) -> ForgeSettings:
@@ -78,6 +78,7 @@ def test_gitlab_merge_requests_through_python_gitlab(forge_server: ForgeServer) 
     said: list[str] = []
     forge_server.fail("POST", r"/merge_requests$", 502)
     forge = make_forge(settings(forge_server, "gitlab"), said.append)
+    assert isinstance(forge, GitLabForge)
     first = forge.review("kope/scale", "main", "kope(scale): 2x", "body", "")
     assert first.created and first.url.endswith("/-/merge_requests/1") and len(said) == 1
     markdown = forge.attach("scale-speedup.png", b"\x89PNG fake")

@@ -146,6 +146,7 @@ def test_one_candidate_cannot_reach_the_next_or_the_server(tmp_path):
     finally:
         judge.close()
     assert stray.outcome == Outcome.OK, stray.failures
+    assert plan.keep is not None
     log = (plan.keep / probe.candidate.short / "correctness.log").read_text()
     assert probe.outcome == Outcome.OK, (probe.failures, log[-2000:])
     assert "kope-probe" not in log
@@ -176,6 +177,7 @@ def test_each_candidate_is_built_once_and_the_cache_is_read_only_to_children(tmp
         judge.performance(judged, base.candidate)
         judge.correctness([twin])
         cache = judge.launcher.cache
+        assert cache is not None
         assert cache.builds == 2, cache.builds  # the committed kernel and the twin, once each
         assert set(cache.keys) == {base.candidate.hash, twin.hash}
     finally:
@@ -217,7 +219,9 @@ def test_a_build_failure_is_remembered_not_rebuilt(tmp_path):
     try:
         judge.baseline(plan.operator.baseline())
         first, again = judge.correctness([broken]), judge.correctness([broken])
-        builds = judge.launcher.cache.builds
+        cache = judge.launcher.cache
+        assert cache is not None
+        builds = cache.builds
     finally:
         judge.close()
     assert first[0].outcome == again[0].outcome == Outcome.COMPILE_FAILED
@@ -304,7 +308,7 @@ def test_a_first_call_that_compiled_does_not_make_a_fast_kernel_one_call_a_round
     a round, device sync included, it loses to a warm candidate it equals (seen on an H200: 2.4x)."""
     clock = FakeClock()
     x = np.random.default_rng(0).standard_normal(1 << 12).astype(np.float32)
-    compiled = []
+    compiled: list[int] = []
 
     def cold(x, y):
         clock.now += 40e-6 if compiled else 1.0
@@ -496,15 +500,15 @@ def test_a_kernel_right_only_on_the_last_calls_of_each_block_is_caught_by_audits
     cases of five (seeded here: the judge draws from the operating system)."""
     import random
 
-    from pytest_kope.judge.measure import outputcheck
-
     budget = timing.Budget(min_rounds=6, max_rounds=6, max_time_s=30.0)
     ahead = budget.warmup + 1 + 5  # warm-up and calibration: then blocks of five
     monkeypatch.setattr(rotation_module, "MAX_COPY_BYTES", 2 * 2 * 4096 * 4)  # two copies at most
     caught = 0
     for seed in range(10):
-        monkeypatch.setattr(outputcheck.random, "SystemRandom", lambda seed=seed: random.Random(seed))
-        clock, calls = FakeClock(), []
+        # outputcheck's audits draw from random.SystemRandom: seeded instead
+        monkeypatch.setattr(random, "SystemRandom", lambda seed=seed: random.Random(seed))
+        clock = FakeClock()
+        calls: list[int] = []
         x = np.random.default_rng(seed).standard_normal(4096).astype(np.float32)
 
         def last_two(x, y, clock=clock, calls=calls):
@@ -514,7 +518,7 @@ def test_a_kernel_right_only_on_the_last_calls_of_each_block_is_caught_by_audits
             np.multiply(x, 2 if work else 0, out=y)
 
         args = (x, np.empty_like(x))
-        rotation = timing.Rotation(args, ["in", "out"], max_copies=2)
+        rotation = rotation_module.Rotation(args, ["in", "out"], max_copies=2)
         paired = timing.measure_paired(
             timing.KernelPair(clock.kernel(1e-3), last_two),
             timing.CallArgs(args, ["in", "out"]),
@@ -539,14 +543,16 @@ def test_audits_replay_in_place_kernels_as_often_as_the_candidate_ran():
         np.multiply(x, 0.5, out=x)
         x += 1.0
 
+    calls = 0
+
     def lazy(x):  # right until the rounds start, then does nothing
+        nonlocal calls
         clock.now += 1e-3
-        lazy.calls += 1
-        if lazy.calls <= budget.warmup + 1 + 5:
+        calls += 1
+        if calls <= budget.warmup + 1 + 5:
             step(x)
             clock.now -= 1e-3
 
-    lazy.calls = 0
     x = np.random.default_rng(7).standard_normal(4096).astype(np.float32)
     for candidate, wrong in ((step, False), (lazy, True)):
         paired = timing.measure_paired(
@@ -604,7 +610,7 @@ def test_timing_never_writes_the_callers_arrays():
     assert not paired.mismatch
     assert np.array_equal(x, x0) and (y == 7.0).all()
     assert all(b is not y for _, b in seen)
-    rotation = timing.Rotation((x, y), ["in", "out"])
+    rotation = rotation_module.Rotation((x, y), ["in", "out"])
     parked = rotation.park(0)[1]
     assert all(parked is not copy[1] for copy in rotation.sets) and rotation.park(1)[1] is parked
 

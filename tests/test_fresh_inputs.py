@@ -92,7 +92,10 @@ def test_no_copy_is_a_scaled_offset_or_permuted_version_of_another(n):
     seen = [x.copy()]
     for _ in range(3):  # rounds
         rotation.prepare(rotation.seeds())
-        seen += [copy[0].copy() for copy in rotation.sets]
+        for copy in rotation.sets:
+            a = copy[0]
+            assert isinstance(a, np.ndarray)
+            seen.append(a.copy())
     for i, a in enumerate(seen):
         for b in seen[i + 1 :]:
             assert not _related(a, b)

@@ -128,7 +128,9 @@ def test_a_graph_damaged_in_its_middle_is_moved_aside_and_the_run_goes_on(a_real
     assert f"kope --db experience.db import {moved.name}.jsonl" in said
     assert damage(moved) and not damage(graph)  # the damage went aside whole; the fresh graph is sound
     report = report_of(root)
-    (operator,) = report["operators"]  # type: ignore[misc]
+    operators = report["operators"]
+    assert isinstance(operators, list), report
+    (operator,) = operators
     assert operator["name"] == "rowsum" and "error" not in operator and operator["evaluations"] >= 1
     with sqlite3.connect(graph) as con:
         assert con.execute("SELECT id FROM runs").fetchall() == [(report["run_id"],)]
@@ -182,7 +184,9 @@ def test_a_graph_damaged_during_the_run_stops_the_operator_in_one_line_and_the_r
     (said,) = lines_with(out, "is damaged")
     assert said.startswith(f"kope rowsum: STOPPED: the experience graph {graph} is damaged (")
     assert f"`kope --db {graph} graph check`" in said
-    (operator,) = report_of(root)["operators"]  # type: ignore[misc]
+    operators = report_of(root)["operators"]
+    assert isinstance(operators, list), operators
+    (operator,) = operators
     assert "is damaged" in operator["error"]
     assert "kope: 1 operator, 0 verified winners" in out  # the closing line: the run ended as a run
     # the next run moves it aside and starts fresh

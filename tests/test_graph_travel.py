@@ -35,7 +35,9 @@ def job(cache: Path, folder: Path, run: str, operator: str) -> Path:
         graph.start_run(run, "tuner", HW)
         family = "rowwise" if operator == "softmax" else "layout"
         task = graph.task_id(operator, family, "c", HW)
-        parent = graph.best(task)["candidate_hash"]
+        best = graph.best(task)
+        assert best is not None
+        parent = best["candidate_hash"]
         graph.record(task, run, judged({"BLOCK": 64}, Outcome.BETTER, speedup=2.5, parent=parent))
         distill(graph, task, run)
         graph.finish_run(run, {})
@@ -51,7 +53,7 @@ def test_a_job_matrix_over_operators_merges_cleanly_in_either_order(tmp_path: Pa
         job(tmp_path / "cache.db", tmp_path / "a", "run-a", "softmax"),
         job(tmp_path / "cache.db", tmp_path / "b", "run-b", "transpose"),
     ]
-    merged = []
+    merged: list[dict[str, int]] = []
     for order in (exports, exports[::-1]):
         target = tmp_path / f"merged-{len(merged)}.db"
         shutil.copy(tmp_path / "cache.db", target)
@@ -63,6 +65,7 @@ def test_a_job_matrix_over_operators_merges_cleanly_in_either_order(tmp_path: Pa
             assert {r["id"] for r in graph.rows("SELECT id FROM runs")} >= {"r1", "run-a", "run-b"}
             for operator, family in (("softmax", "rowwise"), ("transpose", "layout")):
                 best = graph.best(graph.task_id(operator, family, "c", HW))
+                assert best is not None
                 assert best["speedup"] == 2.5 and best["run_id"] == (
                     "run-a" if operator == "softmax" else "run-b"
                 )

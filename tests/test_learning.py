@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import math
 import statistics
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +65,8 @@ def test_uncertainty_shrinks_as_attempts_arrive_and_sources_keep_their_own_basel
 def test_agreement_is_the_rank_signal_and_needs_three_points() -> None:
     assert agreement([1.0, 2.0], [1.0, 2.0]) is None
     assert agreement([1.0, 2.0, 3.0], [0.1, 0.2, 0.4]) == pytest.approx(0.98, abs=0.02)
-    assert agreement([1.0, 2.0, 3.0], [0.4, 0.2, 0.1]) < -0.9
+    reversed_rank = agreement([1.0, 2.0, 3.0], [0.4, 0.2, 0.1])
+    assert reversed_rank is not None and reversed_rank < -0.9
 
 
 # -- technique tags ----------------------------------------------------------------------------------
@@ -124,9 +126,11 @@ HEADER = """\
 """
 
 
-def table(operator: str, family: str, effects: dict[str, float], broken: set[str] = frozenset()) -> Table:
+def table(
+    operator: str, family: str, effects: dict[str, float], broken: Collection[str] = frozenset()
+) -> Table:
     """A table whose log speedup is additive in the values (plus a small deterministic wobble)."""
-    points = []
+    points: list[dict[str, Any]] = []  # rows as bench/tables.py stores them
     grid = itertools.product((0, 4, 8, 16), (1, 2, 4, 8), (1, 2))
     for i, (vec, unroll, threads) in enumerate(grid):
         if vec == 0 and unroll != 1:
@@ -156,7 +160,8 @@ def test_the_table_evaluator_answers_as_the_judge_would() -> None:
     broken = Candidate(HEADER, "op.c", "c", {"VEC": 16, "UNROLL": 8, "THREADS": 1})
     missing = Candidate(HEADER, "op.c", "c", {"VEC": 32, "UNROLL": 1, "THREADS": 1})
     a, b, c = ev.evaluate([fast, broken, missing], incumbent)
-    assert a.outcome == Outcome.BETTER and a.speedup == pytest.approx(t.speedup(fast.params))
+    assert a.outcome == Outcome.BETTER and a.speedup is not None
+    assert a.speedup == pytest.approx(t.speedup(fast.params))
     assert a.ratio == pytest.approx(a.speedup / 2.0)  # timed against the incumbent, as the judge does
     assert b.outcome == Outcome.INCORRECT and b.failures == ["max rel err 1.0"]
     assert c.outcome == Outcome.REJECTED and ev.evaluations == 3

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from op_repos import UNJAILED, git
 
+from pytest_kope.spec import Point
 from pytest_kope.toolchains.c import CToolchain
 from pytest_kope.toolchains.cdefines import BEGIN
 from pytest_kope.toolchains.ownbuild import with_cflags
@@ -35,7 +36,15 @@ def test_the_baked_file_compiles_to_the_winner_with_no_defines(tmp_path, fallbac
     source = SAMPLE_SGEMM.read_text()
     if not fallbacks:  # a source that relies on -D alone: its values arrive in a block ahead of the code
         source = source.replace("#ifndef MR\n#define MR 4\n#endif\n", "")
-    point = {"KERNEL": 1, "MR": 6, "NV": 2, "KC": 512, "MC": 96, "THREADS": 2, "flags": "-O3 -march=native"}
+    point: Point = {
+        "KERNEL": 1,
+        "MR": 6,
+        "NV": 2,
+        "KC": 512,
+        "MC": 96,
+        "THREADS": 2,
+        "flags": "-O3 -march=native",
+    }
     baked = CToolchain().bake(source, point)
     defines = [f"-D{k}={v}" for k, v in point.items() if k != "flags"]
     assert _preprocessed(baked, tmp_path) == _preprocessed(source, tmp_path, *defines)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 from op_repos import SCALE_C, SCALE_TEST, UNJAILED, git, make_op_repo, path_without_bwrap
@@ -17,9 +18,10 @@ def status(root: Path) -> str:
     return "\n".join(line for line in lines if line[3:] not in noise)
 
 
-def report_of(root: Path) -> dict:
+def report_of(root: Path) -> dict[str, Any]:
     (path,) = (root / ".kope" / "runs").glob("*/report.json")
-    return json.loads(path.read_text())
+    report: dict[str, Any] = json.loads(path.read_text())
+    return report
 
 
 def run_optimize(pytester: pytest.Pytester, *args: str):

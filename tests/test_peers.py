@@ -20,11 +20,11 @@ from pytest_kope.peers import (
     use_threads,
 )
 from pytest_kope.review import prbody, report_md
-from pytest_kope.spec import bake_defaults
+from pytest_kope.spec import Point, bake_defaults
 
 ROOT = Path(__file__).resolve().parent.parent
 ROWSUM = ROOT / "sample_ops" / "rowsum" / "rowsum.c"
-FAST_ROWSUM = {"VEC": 16, "ACC": 1, "ROWS": 1, "THREADS": 2, "flags": "-O3 -march=native"}
+FAST_ROWSUM: Point = {"VEC": 16, "ACC": 1, "ROWS": 1, "THREADS": 2, "flags": "-O3 -march=native"}
 torch = import_torch()
 needs_torch = pytest.mark.skipif(torch is None, reason="torch is not installed")
 
@@ -86,10 +86,13 @@ def test_compare_times_kernels_next_to_peers_and_the_measured_roof(tmp_path: Pat
     assert result.best_peer in ("numpy", "torch eager") and result.roof == "read" and result.roof_value > 0
     for t in result.timed:
         assert t.correct and t.low_s <= t.median_s <= t.high_s and t.roof_fraction > 0, t
-        assert t.vs_best_peer is not None and t.vs_best_peer_low <= t.vs_best_peer <= t.vs_best_peer_high
+        low, mid, high = t.vs_best_peer_low, t.vs_best_peer, t.vs_best_peer_high
+        assert low is not None and mid is not None and high is not None and low <= mid <= high, t
     fast, committed = result.get("fast"), result.get("committed")
+    assert fast is not None and committed is not None, labels
     assert fast.params == FAST_ROWSUM and fast.median_s < committed.median_s  # 16 lanes vs one serial chain
-    assert result.get(result.best_peer).vs_best_peer == 1.0
+    best_peer = result.get(result.best_peer)
+    assert best_peer is not None and best_peer.vs_best_peer == 1.0
     assert Comparison.from_json(json.loads(json.dumps(result.to_json()))) == result
     assert "rowsum" in table([result]) and "(best peer)" in table([result])
 

@@ -306,7 +306,8 @@ def test_graph_round_trip_and_ceilings_for_loads_before_measuring(tmp_path):
         assert graph.ceilings(HW) is None
         graph.save_ceilings(HW, caps.to_json())
     with Graph(db) as graph:
-        assert Ceilings.from_json(graph.ceilings(HW)) == caps
+        stored = graph.ceilings(HW)
+        assert stored is not None and Ceilings.from_json(stored) == caps
         assert graph.ceilings({**HW, "model": "another"}) is None
         builds = tmp_path / "builds"
         assert ceilings_for(graph, HW, builds) == caps
@@ -324,14 +325,15 @@ def test_refresh_measures_again_keeping_the_higher_figures(tmp_path, build_dir):
         graph.save_ceilings(HW, inflated.to_json())
         fresh = ceilings_for(graph, HW, build_dir, refresh=True)
         assert fresh.bytes_per_s(16 * K) == 1e15  # kept the higher stored figure
-        assert fresh.threads >= 1 and Ceilings.from_json(graph.ceilings(HW)) == fresh
+        stored = graph.ceilings(HW)
+        assert fresh.threads >= 1 and stored is not None and Ceilings.from_json(stored) == fresh
 
 
 def test_an_older_database_gains_the_ceilings_table(tmp_path):
     path = tmp_path / "old.db"
     old = Database(path)
     migrations.apply(old, stop_before="m004_ceilings")
-    old["hardware"].insert({"id": "abc", "arch": "x86_64"})
+    old.table("hardware").insert({"id": "abc", "arch": "x86_64"})
     assert "ceilings" not in old.table_names()
     old.close()
     with Graph(path) as graph:

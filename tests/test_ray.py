@@ -288,10 +288,10 @@ def test_a_killed_worker_is_judged_again_and_twice_is_an_infrastructure_fault(
         killer.stop.set()
         killer.join()
     (op,) = report["operators"]
-    outcomes = {c["idea"]: (c["outcome"], c["failures"][:1]) for c in op["candidates"]}
+    with_failures = {c["idea"]: (c["outcome"], c["failures"][:1]) for c in op["candidates"]}
     killed = sorted(name for name, _ in killer.killed)
     assert killed == ["a_killed_once", "b_killed_twice", "b_killed_twice"], (
-        outcomes,
+        with_failures,
         report["output"][-3000:],
     )
     outcomes = {c["idea"]: c["outcome"] for c in op["candidates"]}
@@ -314,7 +314,7 @@ def ray_deep(ray_address: str, tmp_path_factory: pytest.TempPathFactory) -> adv.
         pytest.skip("the deep run's raw-syscall tricks are written for x86-64")
     env = {"KOPE_C_SCREEN_BINARY": "0", "RAY_ADDRESS": ray_address}
     run = adv.Run(
-        tmp_path_factory.mktemp("raydeep"), ["control_ok", *adv.DEEP], env, ["--kope-executor", "ray"]
+        tmp_path_factory.mktemp("raydeep"), ["control_ok", *adv.DEEP], env, ("--kope-executor", "ray")
     )
     assert run.report["executor"] == "ray", run.output[-3000:]
     return run

@@ -17,7 +17,7 @@ from test_differential import TESTS, TRITON_KERNEL, TRITON_NO_MAX, _candidate, _
 
 from pytest_kope.judge.controller import sandbox
 from pytest_kope.judge.controller.runner import Judge, Plan
-from pytest_kope.judge.outcome import Outcome
+from pytest_kope.judge.outcome import Judged, Outcome
 
 # At import, in its judging child: every recorded call's repeats set to 0, so nothing would be
 # compared; then the kernel that gives NaN on large rows (no max subtracted).
@@ -46,7 +46,7 @@ def _triton_plan(tmp_path: Path) -> Plan:
     return plan
 
 
-def _judged_after_a_rewrite(plan: Plan) -> tuple[Judge, list, list]:
+def _judged_after_a_rewrite(plan: Plan) -> tuple[Judge, list[Judged], list[Path | None]]:
     judge = Judge(plan, lambda c: [])  # as if it had passed the screen: the screen is not the boundary
     try:
         assert judge.baseline(plan.operator.baseline()).outcome == Outcome.OK

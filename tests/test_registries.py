@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -218,7 +219,7 @@ def test_a_toy_guard_is_one_class_and_one_line(monkeypatch: pytest.MonkeyPatch, 
 def test_a_toy_report_format_is_one_function_and_one_line(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    def csv(data: dict) -> str:  # the toy format
+    def csv(data: dict[str, Any]) -> str:  # the toy format
         return "name,speedup\n" + "".join(f"{o['name']},{o['speedup']}\n" for o in data["operators"])
 
     monkeypatch.setitem(report_formats.FORMATS, "report.csv", csv)  # the one line

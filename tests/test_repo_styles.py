@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from op_repos import git
@@ -108,14 +109,15 @@ def make_team_repo(root: Path) -> Path:
     return repo
 
 
-def _pytest(repo: Path, *args: str) -> subprocess.CompletedProcess:
+def _pytest(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
     cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", *args]
     return subprocess.run(cmd, cwd=repo, capture_output=True, text=True, timeout=600)
 
 
-def _report(repo: Path) -> dict:
+def _report(repo: Path) -> dict[str, Any]:
     (path,) = sorted((repo / ".kope" / "runs").glob("*/report.json"))[-1:]
-    return json.loads(path.read_text())
+    report: dict[str, Any] = json.loads(path.read_text())
+    return report
 
 
 def test_plain_run_builds_with_headers_and_companion_sources(tmp_path):

@@ -6,13 +6,14 @@ from __future__ import annotations
 import copy
 import json
 from pathlib import Path
-from types import SimpleNamespace
+from typing import Any
 
 import jsonschema
 import pytest
 
 from pytest_kope.candidate import Candidate
 from pytest_kope.judge.outcome import Judged, Outcome, Timing
+from pytest_kope.operator import Operator
 from pytest_kope.review import report
 from pytest_kope.review.report_md import markdown
 from pytest_kope.review.summary import OperatorSummary, Searched, Winner
@@ -30,8 +31,8 @@ def judged(params, outcome, speedup=None, parent=None, agent="tuner") -> Judged:
     return Judged(cand, outcome, timings=timings, speedup=speedup)
 
 
-def run_data(tmp_path: Path) -> dict:
-    op = SimpleNamespace(name="f", family="elementwise", toolchain="c", source=tmp_path / "f.c")
+def run_data(tmp_path: Path) -> dict[str, Any]:
+    op = Operator(name="f", family="elementwise", toolchain="c", source=tmp_path / "f.c")
     base = judged({"VEC": 0}, Outcome.OK, 1.0, agent="baseline")
     win = judged({"VEC": 8}, Outcome.BETTER, 3.0, parent=base.candidate.hash)
     broken = judged({"VEC": 16}, Outcome.INCORRECT, parent=base.candidate.hash)
@@ -44,8 +45,8 @@ def run_data(tmp_path: Path) -> dict:
         seconds_spent=12.0,
     ).to_json()
     summary["stopped"] = stopped(Stop.NO_GAIN, "no gain in the last 8 evaluations", 8)
-    error = {"name": "g", "error": "the committed kernel g.c fails", "verified": False}
-    error["stopped"] = stopped(Stop.ERROR, error["error"])
+    failed = "the committed kernel g.c fails"
+    error = {"name": "g", "error": failed, "verified": False, "stopped": stopped(Stop.ERROR, failed)}
     late = {"name": "h", "verified": False, "stopped": stopped(Stop.NOT_REACHED, "time budget ran out")}
     lesson = {"text": "VEC=8: 3.00x on f", "kind": "param", "key": "VEC=8", "value": 0.67, "uses": 1}
     return {
@@ -180,7 +181,7 @@ def test_every_verdict_says_why_in_the_report(tmp_path: Path) -> None:
     ]
     broken = judged({"VEC": 2}, Outcome.INCORRECT, parent=base.candidate.hash)
     broken.failures = ["t::test_f: max error 0.5 > 1e-05"]
-    op = SimpleNamespace(name="f", family="elementwise", toolchain="c", source=tmp_path / "f.c")
+    op = Operator(name="f", family="elementwise", toolchain="c", source=tmp_path / "f.c")
     summary = report.operator_summary(
         op=op,
         search=Searched(base, win, [win, slow, suspect, broken], 4, 1),

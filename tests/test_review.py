@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from forge_server import ForgeServer, forge_server_fixture  # noqa: F401
@@ -52,9 +53,10 @@ def replay_dir(root: Path, name: str, source: str, idea: str) -> str:
     return f"replay:{folder.parent}"
 
 
-def report_of(root: Path, run: int = -1) -> dict:
+def report_of(root: Path, run: int = -1) -> dict[str, Any]:
     paths = sorted((root / ".kope" / "runs").glob("*/report.json"))
-    return json.loads(paths[run].read_text())
+    report: dict[str, Any] = json.loads(paths[run].read_text())
+    return report
 
 
 @pytest.fixture
@@ -296,13 +298,15 @@ def test_no_target_branch_stops_the_run_before_it_starts_and_the_ini_names_one(
     assert "Traceback" not in result.stderr.str() + result.stdout.str()
     assert not list(root.glob(".kope/runs/*/report.json")) and not forge_server.pulls
 
+    from pytest_kope.memory.graph import Graph
     from pytest_kope.review.publish import Publisher
     from pytest_kope.review.vcs import Vcs
 
     (root / "pytest.ini").write_text((root / "pytest.ini").read_text() + "kope_pr_base = main\n")
     config = pytester.parseconfig("--kope-pr")
     forge_server.fail("GET", r"/repos/acme/ops$", 404)  # not asked: the ini answers
-    publisher = Publisher(config, Vcs.find(root), "r1", "kope/", tmp_path / "run", None)
+    with Graph(tmp_path / "experience.db") as graph:
+        publisher = Publisher(config, Vcs.find(root), "r1", "kope/", tmp_path / "run", graph)
     assert publisher.pr_base == "main"
     assert [p for _, p, _, _ in forge_server.requests].count("/repos/acme/ops") == 1
 

@@ -5,6 +5,8 @@ one. A kernel that is wrong on ordinary rows is still caught."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from pytest_kope.judge import arrays
@@ -22,7 +24,7 @@ def _rows(specials: bool) -> np.ndarray:
     return x
 
 
-def _entry(x: np.ndarray) -> dict:
+def _entry(x: np.ndarray) -> dict[str, Any]:
     return {
         "input_peak": float(np.abs(x).max()),
         "inputs": {"0": [list(x.shape), x.dtype.str]},

@@ -3,6 +3,9 @@ spend evaluations on values the experience graph already knows lose (real SQLite
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 
 from pytest_kope.agents.base import Context, OperatorInfo
@@ -49,9 +52,10 @@ def test_the_budget_caps_and_patience_zero_never_stops() -> None:
     rule.record([False] * 4, 1.0)
     assert rule.room(4) == 1
     rule.record([False], 1.0)
-    assert rule.room(4) == 0 and rule.why["reason"] == "budget" and rule.why["short"] == "budget spent"
+    assert rule.room(4) == 0 and rule.why is not None
+    assert rule.why["reason"] == "budget" and rule.why["short"] == "budget spent"
     rule.stop(Stop.ERROR, "a later reason")  # the first reason stands
-    assert rule.why["reason"] == "budget"
+    assert rule.why is not None and rule.why["reason"] == "budget"
 
 
 def test_the_time_budget_is_shared_and_leaves_time_to_verify() -> None:
@@ -69,12 +73,12 @@ def test_the_time_budget_is_shared_and_leaves_time_to_verify() -> None:
     t[0] = 75.0  # (97.5 - 75 - 15) / 5: one more fits
     assert rule.room(4) == 1
     t[0] = 90.0
-    assert rule.room(4) == 0 and rule.why["reason"] == "time"
+    assert rule.room(4) == 0 and rule.why is not None and rule.why["reason"] == "time"
     assert clock.can_verify()  # verifying may use the rest of the run's time
     late = StopRule(budget=24, patience=0, slot=slot)  # an operator whose baseline used up its share
     assert late.room(4) == 3  # still gets its first round from the run's time: (120 - 90 - 15) / 5
     late.record([False], 5.0)
-    assert late.room(4) == 0 and late.why["reason"] == "time"
+    assert late.room(4) == 0 and late.why is not None and late.why["reason"] == "time"
     t[0] = 100.0  # 20 s left: less than a baseline, a round and a verification (10 + 20 + 15)
     assert clock.slot(operators_left=3, batch=4) is None
     t[0] = 110.0
@@ -85,9 +89,11 @@ def test_a_long_time_budget_gives_each_operator_an_equal_share() -> None:
     t = [0.0]
     clock = RunClock(minutes=20, now=lambda: t[0])
     clock.baselines.append(10.0)
-    assert clock.slot(operators_left=4, batch=4).deadline == pytest.approx(300.0)
+    first = clock.slot(operators_left=4, batch=4)
+    assert first is not None and first.deadline == pytest.approx(300.0)
     t[0] = 100.0  # the first stopped early: the others share what it left
-    assert clock.slot(operators_left=3, batch=4).deadline == pytest.approx(100 + 1100 / 3)
+    second = clock.slot(operators_left=3, batch=4)
+    assert second is not None and second.deadline == pytest.approx(100 + 1100 / 3)
     assert RunClock(minutes=0, now=lambda: 0.0).slot(1, 4) is None
 
 
@@ -107,7 +113,7 @@ def graph(tmp_path):
     g.close()
 
 
-def teach(graph: Graph, operator: str, family: str, hw: dict, slower: dict[str, int]) -> Judged:
+def teach(graph: Graph, operator: str, family: str, hw: dict[str, Any], slower: dict[str, int]) -> Judged:
     """Record a baseline and two tries that change `slower` (with different VEC) and were 2x slower."""
     task = graph.task_id(operator, family, "c", hw)
     base = judged({"THREADS": 1, "VEC": 0}, 1.0, agent="baseline")
@@ -118,7 +124,9 @@ def teach(graph: Graph, operator: str, family: str, hw: dict, slower: dict[str, 
     return base
 
 
-def context(graph: Graph, operator: str = "rowsum", family: str = "rowwise", hw: dict = HW) -> Context:
+def context(
+    graph: Graph, operator: str = "rowsum", family: str = "rowwise", hw: dict[str, Any] = HW
+) -> Context:
     spec = parse_spec(SRC, "rowsum.c")
     task = graph.task_id(operator, family, "c", hw)
     base = Judged(
@@ -196,15 +204,22 @@ def test_a_source_that_ranks_this_operators_points_wrongly_loses_its_weight(grap
     assert weight < 0.5 * 0.5  # from its closeness 0.5 down by more than half
 
 
+def counted(recall: Callable[..., Any], name: str, calls: list[tuple[str, str]]) -> Callable[..., Any]:
+    """`recall`, noting each call's (operator, state) in `calls`."""
+
+    def noted(state: str = "", budget: int = 12) -> Any:
+        calls.append((name, state))
+        return recall(state, budget)
+
+    return noted
+
+
 def test_each_operator_gets_its_own_search(graph) -> None:
-    calls = []
+    calls: list[tuple[str, str]] = []
     tuner = Tuner(seed=1, explore_rate=0.0)
     for name in ("rowsum", "rmsnorm"):
         ctx = context(graph, operator=name)
-        recall = ctx.recall
-        ctx.recall = lambda state="", budget=12, r=recall, n=name: (
-            calls.append((n, state)) or r(state, budget)
-        )
+        ctx.recall = counted(ctx.recall, name, calls)
         first = tuner.propose(ctx, 2)
         tuner.observe(ctx, [Judged(c, Outcome.OK, speedup=1.0) for c in first])
     started = [c for c in calls if c[1] == "no kernel yet"]

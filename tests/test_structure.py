@@ -8,6 +8,7 @@ modules that cannot be read or changed apart.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "pytest_kope"
@@ -22,7 +23,8 @@ class _Imports(ast.NodeVisitor):
     """The package's modules one module imports (`package` is the module's own package)."""
 
     def __init__(self, package: str, modules: set[str], typing: bool):
-        self.package, self.modules, self.typing, self.found = package, modules, typing, set()
+        self.package, self.modules, self.typing = package, modules, typing
+        self.found: set[str] = set()
 
     def visit_If(self, node: ast.If) -> None:
         if self.typing or "TYPE_CHECKING" not in ast.unparse(node.test):
@@ -189,3 +191,14 @@ def test_the_signature_check_sees_a_long_one(tmp_path: Path):
         "def long(a, b, c, d, e, f, g, *rest):\n    pass\n"
     )
     assert long_signatures(pkg) == {"pkg.m:5:long": 8}
+
+
+def test_mypy_checks_every_test_module_as_a_test():
+    """pyproject's mypy override for the tests (signatures unannotated, bodies checked) names each module
+    in tests/, since mypy takes no pattern like test_*: a test module left out would be held to the
+    package's --strict signatures, a listed one that is gone is a stale entry."""
+    text = (PACKAGE.parent / "pyproject.toml").read_text()
+    (block,) = [b for b in text.split("[[tool.mypy.overrides]]")[1:] if "disallow_untyped_defs = false" in b]
+    listed = set(re.findall(r'"([\w.]+)"', block.partition("module = [")[2].partition("]")[0]))
+    present = {p.stem for p in (PACKAGE.parent / "tests").glob("*.py")}
+    assert (present - listed, listed - present) == (set(), set()), "(not listed, listed but gone)"

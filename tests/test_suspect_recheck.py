@@ -59,7 +59,12 @@ def timed(tmp_path: Path, plan: Plan, source: str, remeasured: dict[str, Any] | 
     judge = Judge(plan, lambda c: [])
     calls: list[int] = []
     if remeasured is not None:
-        judge.remeasure = lambda: calls.append(1) or remeasured
+
+        def remeasure() -> dict[str, Any] | None:
+            calls.append(1)
+            return remeasured
+
+        judge.remeasure = remeasure
     try:
         base = judge.baseline(plan.operator.baseline())
         assert base.outcome == Outcome.OK, base.failures

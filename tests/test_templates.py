@@ -29,6 +29,7 @@ def test_every_toolchain_has_a_workflow() -> None:
 def test_actionlint_passes(workflow: Path, tmp_path: Path) -> None:
     import subprocess
 
+    assert ACTIONLINT is not None  # the skipif above
     config = tmp_path / "actionlint.yaml"
     config.write_text("self-hosted-runner:\n  labels: [gpu, ascend]\n")
     done = subprocess.run(
@@ -37,13 +38,13 @@ def test_actionlint_passes(workflow: Path, tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-def steps(workflow: Path) -> tuple[dict, list[dict]]:
+def steps(workflow: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     data = yaml.safe_load(workflow.read_text())
     (job,) = data["jobs"].values()
     return data, job["steps"]
 
 
-def step(all_steps: list[dict], uses: str = "", run: str = "") -> dict:
+def step(all_steps: list[dict[str, Any]], uses: str = "", run: str = "") -> dict[str, Any]:
     found = [
         s for s in all_steps if uses and s.get("uses", "").startswith(uses) or run and run in s.get("run", "")
     ]

@@ -14,7 +14,7 @@ import pytest
 from pytest_kope.candidate import Candidate
 from pytest_kope.errors import BuildError, SpecError
 from pytest_kope.judge.outcome import Outcome
-from pytest_kope.spec import parse_spec
+from pytest_kope.spec import Point, parse_spec
 from pytest_kope.toolchains import devices, pylaunch
 from pytest_kope.toolchains.base import IN, OUT, SCALAR, Arg, Toolchain
 from pytest_kope.toolchains.triton import TritonToolchain
@@ -29,7 +29,7 @@ ON_CPU = TritonToolchain().mode() == "interpreter"
 cpu_only = pytest.mark.skipif(not ON_CPU, reason="checks the interpreter mode; a GPU is in use here")
 
 
-def build(tmp_path: Path, op: str, params: dict | None = None, source: str | None = None):
+def build(tmp_path: Path, op: str, params: Point | None = None, source: str | None = None):
     text = source if source is not None else (OPS / op / f"{op}.py").read_text()
     cand = Candidate(text, f"{op}.py", "triton", params or {})
     return TritonToolchain().build(cand, parse_spec(text, f"{op}.py"), tmp_path)

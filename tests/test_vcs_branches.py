@@ -16,7 +16,7 @@ from op_repos import git
 from pytest_kope.errors import ConfigError
 from pytest_kope.review.forge import ForgeSettings, make_forge
 from pytest_kope.review.prbase import pr_base
-from pytest_kope.review.vcs import ZERO, Vcs
+from pytest_kope.review.vcs import ZERO, Committed, Target, Vcs
 
 
 def repo_with_remote(tmp_path: Path) -> tuple[Path, Path]:
@@ -36,7 +36,16 @@ def repo_with_remote(tmp_path: Path) -> tuple[Path, Path]:
     return work, remote
 
 
-def winner(vcs: Vcs, branch: str, text: str, run: str = "r1", remote: str | None = None):
+def vcs_of(root: Path) -> Vcs:
+    """The repository around `root` (every test here makes it with a first commit)."""
+    vcs = Vcs.find(root)
+    assert vcs is not None, root
+    return vcs
+
+
+def winner(
+    vcs: Vcs, branch: str, text: str, run: str = "r1", remote: str | None = None
+) -> tuple[Target, Committed]:
     files = [vcs.top / "op" / "k.c", vcs.top / "op" / "test_k.py"]
     target = vcs.plan(branch, run, files, remote)
     message = f"kope(op): winner {text}\n\nKope-Candidate: {text}\n"
@@ -49,7 +58,7 @@ def log(root: Path, ref: str) -> list[str]:
 
 def test_a_reviewers_commit_survives_the_next_winner(tmp_path: Path) -> None:
     work, _ = repo_with_remote(tmp_path)
-    vcs = Vcs.find(work)
+    vcs = vcs_of(work)
     target, first = winner(vcs, "kope/op", "v2")
     assert (target.parent, target.old, target.note) == (vcs.base, ZERO, "")
     git(work, "worktree", "add", "-q", str(tmp_path / "review"), "kope/op")  # a reviewer's fix-up
@@ -58,7 +67,7 @@ def test_a_reviewers_commit_survives_the_next_winner(tmp_path: Path) -> None:
     git(tmp_path / "review", "commit", "-qm", "reviewer: notes")
     git(work, "worktree", "remove", str(tmp_path / "review"))
     reviewer = git(work, "rev-parse", "kope/op").strip()
-    target, second = winner(Vcs.find(work), "kope/op", "v3", "r2")
+    target, second = winner(vcs_of(work), "kope/op", "v3", "r2")
     assert target.parent == reviewer and "1 commit(s) not made by pytest-kope" in target.note
     assert log(work, "kope/op")[:3] == ["kope(op): winner v3", "reviewer: notes", "kope(op): winner v2"]
     assert git(work, "show", "kope/op:NOTES") == "reviewed\n"
@@ -69,16 +78,16 @@ def test_a_reviewers_commit_survives_the_next_winner(tmp_path: Path) -> None:
 
 def test_a_changed_kernel_on_main_sends_the_winner_beside_the_branch(tmp_path: Path) -> None:
     work, _ = repo_with_remote(tmp_path)
-    winner(Vcs.find(work), "kope/op", "v2")
+    winner(vcs_of(work), "kope/op", "v2")
     old_tip = git(work, "rev-parse", "kope/op").strip()
     (work / "README").write_text("changed\n")  # main moves on, the operator's files unchanged
     git(work, "commit", "-qam", "docs")
-    target, done = winner(Vcs.find(work), "kope/op", "v3", "r2")
+    target, done = winner(vcs_of(work), "kope/op", "v3", "r2")
     assert target.parent == old_tip and "older base" in target.note and done.branch == "kope/op"
     (work / "op" / "k.c").write_text("// kernel v1, fixed on main\n")  # now the kernel itself changed
     git(work, "commit", "-qam", "fix kernel")
     tip = git(work, "rev-parse", "kope/op").strip()
-    target, done = winner(Vcs.find(work), "kope/op", "v4", "r3")
+    target, done = winner(vcs_of(work), "kope/op", "v4", "r3")
     assert done.branch == "kope/op-r3" and "op/k.c changed since then" in target.note
     assert git(work, "rev-parse", "kope/op").strip() == tip  # left alone
     assert git(work, "rev-parse", "kope/op-r3~1").strip() == git(work, "rev-parse", "main").strip()
@@ -86,7 +95,7 @@ def test_a_changed_kernel_on_main_sends_the_winner_beside_the_branch(tmp_path: P
 
 def test_a_branch_moved_meanwhile_is_left_alone(tmp_path: Path) -> None:
     work, _ = repo_with_remote(tmp_path)
-    vcs = Vcs.find(work)
+    vcs = vcs_of(work)
     target = vcs.plan("kope/op", "r1", [work / "op" / "k.c"], None)
     git(work, "branch", "kope/op", "main")  # someone else made it between our read and our move
     done = vcs.commit(target, work / "op" / "k.c", "v2", "kope(op): v2\n\nKope-Candidate: v2\n", "r1")
@@ -96,12 +105,12 @@ def test_a_branch_moved_meanwhile_is_left_alone(tmp_path: Path) -> None:
 
 def test_a_fresh_clone_builds_on_the_remotes_branch_and_pushes_with_a_lease(tmp_path: Path) -> None:
     work, remote = repo_with_remote(tmp_path)
-    vcs = Vcs.find(work)
+    vcs = vcs_of(work)
     _, first = winner(vcs, "kope/op", "v2")
     assert vcs.push("origin", "kope/op", first.sha, None, {}).ok
     clone = tmp_path / "ci"
     git(tmp_path, "clone", "-q", str(remote), str(clone))  # CI: no local kope/* branches
-    ci = Vcs.find(clone)
+    ci = vcs_of(clone)
     assert ci.fetch("origin", "kope/", {}) is None
     target, second = winner(ci, "kope/op", "v3", "r2", remote="origin")
     assert target.parent == first.sha and target.remote_tip == first.sha
@@ -116,13 +125,13 @@ def test_a_fresh_clone_builds_on_the_remotes_branch_and_pushes_with_a_lease(tmp_
     git(reviewer, "add", "NOTES")
     git(reviewer, "commit", "-qm", "reviewer: fix-up")
     git(reviewer, "push", "-q", "origin", "kope/op")
-    target, third = winner(Vcs.find(clone), "kope/op", "v4", "r3", remote="origin")  # no fetch: stale
+    target, third = winner(vcs_of(clone), "kope/op", "v4", "r3", remote="origin")  # no fetch: stale
     pushed = ci.push("origin", "kope/op", third.sha, target.remote_tip, {})
     assert not pushed.ok and "rejected" in pushed.detail and "stale info" in pushed.detail
     assert log(remote, "kope/op")[0] == "reviewer: fix-up"
     # The next run fetches first, and builds on the reviewer's commit.
     assert ci.fetch("origin", "kope/", {}) is None
-    target, fourth = winner(Vcs.find(clone), "kope/op", "v5", "r4", remote="origin")
+    target, fourth = winner(vcs_of(clone), "kope/op", "v5", "r4", remote="origin")
     assert done_on(fourth, target, clone) == "kope/op-r4"  # local (v4) and remote diverged: beside it
     assert "diverged" in target.note
 
@@ -132,14 +141,14 @@ def test_a_push_the_remote_refuses_is_reported(tmp_path: Path) -> None:
     hook = remote / "hooks" / "pre-receive"
     hook.write_text("#!/bin/sh\necho 'branch protection: kope/* is read-only' >&2\nexit 1\n")
     hook.chmod(0o755)
-    vcs = Vcs.find(work)
+    vcs = vcs_of(work)
     _, done = winner(vcs, "kope/op", "v2")
     pushed = vcs.push("origin", "kope/op", done.sha, None, {})
     assert not pushed.ok and "push of kope/op to origin rejected: [remote rejected]" in pushed.detail
     assert git(work, "rev-parse", "kope/op").strip() == done.sha  # the local commit stays
 
 
-def done_on(done, target, root: Path) -> str:
+def done_on(done: Committed, target: Target, root: Path) -> str:
     assert git(root, "rev-parse", done.branch).strip() == done.sha
     return done.branch
 
@@ -154,7 +163,7 @@ print(Vcs.find(Path(sys.argv[1])).prune_stale_worktrees())
 
 def test_pruning_leaves_another_runs_live_worktree_alone(tmp_path: Path) -> None:
     work, _ = repo_with_remote(tmp_path)
-    vcs = Vcs.find(work)
+    vcs = vcs_of(work)
     live = tmp_path / "kope-worktree-live"
     dead = tmp_path / "kope-worktree-dead"
     git(work, "worktree", "add", "-q", "--detach", str(live))
@@ -221,7 +230,7 @@ def test_the_pull_requests_target_is_the_local_branchs_name_on_the_remote(tmp_pa
     work, remote = repo_with_remote(tmp_path)
     git(work, "branch", "-m", "main", "master")
     git(work, "push", "-q", "-u", "origin", "master:main")  # master was pushed as main
-    vcs = Vcs.find(work)
+    vcs = vcs_of(work)
     assert pr_base(vcs, "origin", None, {}, never_asked) == "main"
     assert pr_base(vcs, "origin", "release", {}, never_asked) == "release"  # ini kope_pr_base first
     git(work, "remote", "add", "fork", str(remote))
@@ -239,7 +248,7 @@ def test_the_remotes_default_branch_from_git_then_from_the_forge(
 ) -> None:
     work, _ = repo_with_remote(tmp_path)
     git(work, "branch", "-m", "main", "dev")  # no upstream, and the remote has no dev
-    vcs = Vcs.find(work)
+    vcs = vcs_of(work)
     git(work, "remote", "set-head", "origin", "main")  # refs/remotes/origin/HEAD, as a clone has it
     assert pr_base(vcs, "origin", None, {}, never_asked) == "main"
     git(work, "remote", "set-head", "origin", "--delete")
@@ -255,7 +264,7 @@ def test_no_target_branch_is_one_line_naming_the_ini_option(
 ) -> None:
     work, _ = repo_with_remote(tmp_path)
     git(work, "branch", "-m", "main", "dev")
-    vcs = Vcs.find(work)
+    vcs = vcs_of(work)
     bad = ForgeSettings("github", forge_server.url, "acme/ops", "ghp_not_it", attempts=1)
     with pytest.raises(ConfigError) as e:
         pr_base(vcs, "origin", None, {}, make_forge(bad, print).default_branch)
@@ -267,7 +276,7 @@ def test_no_target_branch_is_one_line_naming_the_ini_option(
     git(work, "push", "-q", "origin", "dev")  # now the remote has a branch of the local name
     assert pr_base(vcs, "origin", None, {}, make_forge(bad, print).default_branch) == "dev"
     git(work, "checkout", "-q", "--detach")
-    detached = Vcs.find(work)
+    detached = vcs_of(work)
     assert pr_base(detached, "origin", None, {"GITHUB_REF_NAME": "main"}, never_asked) == "main"
     with pytest.raises(ConfigError, match=r"HEAD is detached and \$GITHUB_BASE_REF.*kope_pr_base"):
         pr_base(detached, "origin", None, {}, lambda: "")

@@ -8,14 +8,28 @@ decides what the session does with judged candidates.)
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Protocol
 
 from ..candidate import Candidate
-from ..judge.controller.runner import Judge
+from ..judge.controller.runner import Judge, Plan
 from ..judge.measure.contention import CONTENDED
 from ..judge.measure.stats import PairedRatio
 from ..judge.outcome import Judged, Outcome
 
 TIMINGS = 3  # a winner's verification is timed at most this often, for one timing on a quiet machine
+
+
+class TimingJudge(Protocol):
+    """What deciding asks of the judge (a `Judge`; tests/test_decide.py scripts the timings)."""
+
+    @property
+    def plan(self) -> Plan: ...
+
+    def correctness(self, candidates: list[Candidate], /) -> list[Judged]: ...
+
+    def performance(self, judged: Judged, reference: Candidate, /) -> Judged: ...
+
+    def performance_many(self, judged: list[Judged], reference: Candidate, /) -> list[Judged]: ...
 
 
 def beats(j: Judged, min_gain: float) -> bool:
@@ -50,7 +64,7 @@ def second_look(j: Judged) -> None:
 
 
 def time_and_decide(
-    judge: Judge, j: Judged, incumbent: Judged, min_gain: float, fault: Callable[[Judged], None]
+    judge: TimingJudge, j: Judged, incumbent: Judged, min_gain: float, fault: Callable[[Judged], None]
 ) -> bool:
     """Time a correct candidate against the incumbent and decide; an undecided gain gets one second
     look, a whole new paired timing that alone decides (no pooling of the two, so the A/A false-win
@@ -75,7 +89,7 @@ def judged_only(verdicts: list[Judged], fault: Callable[[Judged], None]) -> list
 
 
 def judge_batch(
-    judge: Judge,
+    judge: TimingJudge,
     batch: list[Candidate],
     incumbent: Judged,
     min_gain: float,
