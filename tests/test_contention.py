@@ -50,9 +50,10 @@ def test_own_cpu_time_is_not_contention() -> None:
     assert 0.0 <= after.others_since(before) <= 1.0
     # all of the machine's busy time was this process's: nothing of it is others'
     mine = Load(before.busy_s + 1.0, before.total_s + 2.0, before.own_s + 1.0)
-    assert mine.others_since(before) == 0.0
+    # (the counters are seconds since boot: a difference of two large floats is exact only to ~1e-12)
+    assert mine.others_since(before) == pytest.approx(0.0, abs=1e-9)
     theirs = Load(before.busy_s + 1.5, before.total_s + 2.0, before.own_s + 0.5)
-    assert theirs.others_since(before) == 0.5
+    assert theirs.others_since(before) == pytest.approx(0.5)
 
 
 @pytest.fixture(scope="module")
