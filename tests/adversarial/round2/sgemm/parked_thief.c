@@ -8,8 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* the committed kernel's plain i-k-j loops: all of this candidate's gain must come from its trick */
+/* the committed kernel's plain i-k-j loops, compiled as it compiles them: its omp parallel for with
+   if(THREADS > 1) makes an outlined function even at THREADS 1, which on some machines (a Zen 3 here)
+   runs at half the speed of the same loops inline. All of this candidate's gain must come from its trick */
 static void honest(const float *A, const float *B, float *C, int M, int N, int K, int rows) {
+    _Pragma("omp parallel for num_threads(1) if(0) schedule(static)")
     for (int i = 0; i < rows; i++) {
         float *restrict c = C + (long)i * N;
         for (int j = 0; j < N; j++)
