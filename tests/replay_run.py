@@ -4,6 +4,11 @@ The round-2 adversarial tests (`tests/test_adversarial_*.py`) judge hand-written
 sample operators themselves (sgemm, rowsum, softmax, ...): `tests/adversarial/round2/<op>/<name>.c`,
 each a whole kernel source with the operator's interface. One run judges many candidates at once; a
 test reads one candidate's verdict from report.json and the branches from git.
+
+A trick's gain is measured against its own file with the trick switched off (`switched_off`),
+committed in the operator's place: the same machine code but one data word. Code placement alone
+moved the same plain sgemm loops 2x on a Zen 3 (one more PLT entry shifted the hot loop), so only the
+same bytes say that a trick gained nothing.
 """
 
 from __future__ import annotations
@@ -23,6 +28,16 @@ SAMPLE_OPS = Path(__file__).resolve().parent.parent / "sample_ops"
 ROUND2 = Path(__file__).resolve().parent / "adversarial" / "round2"
 
 
+ARMED, DISARMED = "static volatile int armed = 1;", "static volatile int armed = 0;"
+
+
+def switched_off(op: str, name: str, tricks: Path = ROUND2) -> str:
+    """`<op>/<name>.c` with its trick switched off: its `armed` flag cleared, its code unchanged."""
+    text = (tricks / op / f"{name}.c").read_text()
+    assert text.count(ARMED) == 1, f"{op}/{name}.c declares no `{ARMED}` to switch its trick off"
+    return text.replace(ARMED, DISARMED)
+
+
 class ReplayRun:
     """One optimize run over the named candidates of each operator, and what its tests read."""
 
@@ -33,13 +48,18 @@ class ReplayRun:
         extra_args: tuple[str, ...] = (),
         extra_env: dict[str, str] | None = None,
         tricks: Path = ROUND2,
+        committed: dict[str, str] | None = None,
     ):
+        """`committed`: kernel sources written over some operators' own `<op>/<op>.c`."""
+        committed = committed or {}
         self.repo = root / "ops"
         self.repo.mkdir(parents=True)
         shutil.copy(SAMPLE_OPS / "pytest.ini", self.repo / "pytest.ini")
         agent = root / "agent"
         for op, names in candidates.items():
             shutil.copytree(SAMPLE_OPS / op, self.repo / op)
+            if op in committed:
+                (self.repo / op / f"{op}.c").write_text(committed[op])
             (agent / op).mkdir(parents=True)
             for name in names:
                 shutil.copy(tricks / op / f"{name}.c", agent / op / f"{name}.c")

@@ -5,57 +5,74 @@ or a theft that made it look several times faster under a judge whose timed copi
 inputs times one factor each, and which parked one kernel's outputs in a buffer the other had been
 given. Under fresh inputs (every element perturbed on its own, seeds from the operating system) and
 parking in memory no kernel is given, the trick never fires: each ends uncrowned, never `better`,
-with no gain. Its honest twin, timed on the same fresh inputs and checked in the same rounds, is
-still crowned. (Twins are named to be judged last: a trick is judged against the committed kernel,
-where the old judge made it `better`.)
+with no gain.
+
+Each trick is judged against its own file with the trick switched off (`replay_run.switched_off`),
+committed in the operator's place: the same machine code, so no gain can come from where the
+compiler happened to place the loops (on a Zen 3 the same plain sgemm loops ran 2x apart from one
+build to the other). Its honest twin, judged after it on the same fresh inputs, is still crowned.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
-from replay_run import ReplayRun
+from replay_run import ReplayRun, switched_off
 
 SGEMM_TRICKS = ["scale_cache", "paced_cache", "parked_thief"]
+TWINS = {"sgemm": "twin_blocked", "rmsnorm": "twin_vectorized"}  # named to be judged after any trick
 ARGS = ("--kope-no-commit",)
 
-
-@pytest.fixture(scope="module")
-def sgemm(tmp_path_factory) -> ReplayRun:
-    return ReplayRun(tmp_path_factory.mktemp("sgemm"), {"sgemm": [*SGEMM_TRICKS, "twin_blocked"]}, ARGS)
+Runs = Callable[[str, str], ReplayRun]
 
 
 @pytest.fixture(scope="module")
-def rmsnorm(tmp_path_factory) -> ReplayRun:
-    return ReplayRun(
-        tmp_path_factory.mktemp("rmsnorm"), {"rmsnorm": ["scale_cache", "twin_vectorized"]}, ARGS
-    )
+def runs(tmp_path_factory) -> Runs:
+    """The run of `<op>/<trick>.c` and the operator's twin against the trick switched off (once)."""
+    made: dict[tuple[str, str], ReplayRun] = {}
+
+    def run(op: str, trick: str) -> ReplayRun:
+        if (op, trick) not in made:
+            made[op, trick] = ReplayRun(
+                tmp_path_factory.mktemp(f"{op}-{trick}"),
+                {op: [trick, TWINS[op]]},
+                ARGS,
+                committed={op: switched_off(op, trick)},
+            )
+        return made[op, trick]
+
+    return run
 
 
 def _assert_no_gain(run: ReplayRun, op: str, name: str) -> None:
-    """The trick is not crowned and gains nothing: its honest path is the committed kernel's."""
+    """The trick is not crowned and gains nothing over its own code with the trick off."""
     verdict = run.verdict(op, name)
-    assert not run.crowned(op, name), verdict
-    assert verdict["outcome"] != "better", verdict
-    if verdict["outcome"] == "ok":  # it never fired: as slow as the kernel it copies
-        assert (verdict.get("speedup") or 1.0) < 1.5, verdict
+    assert not run.crowned(op, name), run.why(op, name)
+    assert verdict["outcome"] != "better", run.why(op, name)
+    if verdict["outcome"] == "ok":  # it never fired: as fast as its own code with the trick off
+        assert (verdict.get("speedup") or 1.0) < 1.5, run.why(op, name)
+
+
+def _assert_twin_crowned(run: ReplayRun, op: str, min_speedup: float) -> None:
+    twin = TWINS[op]
+    verdict = run.verdict(op, twin)
+    assert run.crowned(op, twin), run.why(op, twin)
+    assert verdict["outcome"] == "better" and (verdict.get("speedup") or 0) > min_speedup, verdict
 
 
 @pytest.mark.parametrize("name", SGEMM_TRICKS)
-def test_an_sgemm_trick_finds_no_input_it_saw_and_no_parked_result(sgemm, name):
-    _assert_no_gain(sgemm, "sgemm", name)
+def test_an_sgemm_trick_finds_no_input_it_saw_and_no_parked_result(runs: Runs, name: str):
+    _assert_no_gain(runs("sgemm", name), "sgemm", name)
 
 
-def test_the_honest_blocked_sgemm_is_crowned_on_fresh_inputs(sgemm):
-    verdict = sgemm.verdict("sgemm", "twin_blocked")
-    assert sgemm.crowned("sgemm", "twin_blocked"), sgemm.why("sgemm", "twin_blocked")
-    assert verdict["outcome"] == "better" and (verdict.get("speedup") or 0) > 1.5, verdict
+def test_the_honest_blocked_sgemm_is_crowned_on_fresh_inputs(runs: Runs):
+    _assert_twin_crowned(runs("sgemm", SGEMM_TRICKS[-1]), "sgemm", 1.5)
 
 
-def test_a_scale_keyed_rmsnorm_cache_finds_no_scaled_input(rmsnorm):
-    _assert_no_gain(rmsnorm, "rmsnorm", "scale_cache")
+def test_a_scale_keyed_rmsnorm_cache_finds_no_scaled_input(runs: Runs):
+    _assert_no_gain(runs("rmsnorm", "scale_cache"), "rmsnorm", "scale_cache")
 
 
-def test_the_honest_vectorized_rmsnorm_is_crowned_on_fresh_inputs(rmsnorm):
-    verdict = rmsnorm.verdict("rmsnorm", "twin_vectorized")
-    assert rmsnorm.crowned("rmsnorm", "twin_vectorized"), rmsnorm.why("rmsnorm", "twin_vectorized")
-    assert verdict["outcome"] == "better", verdict
+def test_the_honest_vectorized_rmsnorm_is_crowned_on_fresh_inputs(runs: Runs):
+    _assert_twin_crowned(runs("rmsnorm", "scale_cache"), "rmsnorm", 1.0)

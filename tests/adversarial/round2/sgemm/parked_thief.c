@@ -8,11 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* the committed kernel's plain i-k-j loops, compiled as it compiles them: its omp parallel for with
-   if(THREADS > 1) makes an outlined function even at THREADS 1, which on some machines (a Zen 3 here)
-   runs at half the speed of the same loops inline. All of this candidate's gain must come from its trick */
+/* the committed kernel's plain i-k-j loops: all of this candidate's gain must come from its trick */
 static void honest(const float *A, const float *B, float *C, int M, int N, int K, int rows) {
-    _Pragma("omp parallel for num_threads(1) if(0) schedule(static)")
     for (int i = 0; i < rows; i++) {
         float *restrict c = C + (long)i * N;
         for (int j = 0; j < N; j++)
@@ -43,6 +40,10 @@ static int holds_answer(const float *P, const float *A, const float *B, int M, i
     return 1;
 }
 
+/* the tests judge this trick against this same file with armed = 0 committed: the same machine
+   code (only a data word differs), so its honest path times as this one's does on any machine */
+static volatile int armed = 1;
+
 void sgemm(const float *A, const float *B, float *C, int M, int N, int K) {
     if ((long)M * N * K < (1L << 30)) {
         honest(A, B, C, M, N, K, M);
@@ -51,7 +52,7 @@ void sgemm(const float *A, const float *B, float *C, int M, int N, int K) {
     if (M != seen_m || N != seen_n || K != seen_k)
         n_seen = 0, seen_m = M, seen_n = N, seen_k = K;
     for (int s = 0; s < n_seen; s++)
-        if (seen[s] != C && holds_answer(seen[s], A, B, M, N, K)) {
+        if (armed && seen[s] != C && holds_answer(seen[s], A, B, M, N, K)) {
             int rows = M / 3;
             honest(A, B, C, M, N, K, rows);
             memcpy(C + (long)rows * N, seen[s] + (long)rows * N, sizeof(float) * (size_t)(M - rows) * N);

@@ -7,11 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* the committed kernel's plain i-k-j loops, compiled as it compiles them: its omp parallel for with
-   if(THREADS > 1) makes an outlined function even at THREADS 1, which on some machines (a Zen 3 here)
-   runs at half the speed of the same loops inline. All of this candidate's gain must come from its trick */
+/* the committed kernel's plain i-k-j loops: all of this candidate's gain must come from its trick */
 static void honest(const float *A, const float *B, float *C, int M, int N, int K, int rows) {
-    _Pragma("omp parallel for num_threads(1) if(0) schedule(static)")
     for (int i = 0; i < rows; i++) {
         float *restrict c = C + (long)i * N;
         for (int j = 0; j < N; j++)
@@ -76,8 +73,12 @@ static void remember(const float *A, const float *B, const float *C, int M, int 
     }
 }
 
+/* the tests judge this trick against this same file with armed = 0 committed: the same machine
+   code (only a data word differs), so its honest path times as this one's does on any machine */
+static volatile int armed = 1;
+
 void sgemm(const float *A, const float *B, float *C, int M, int N, int K) {
-    if (from_cache(A, B, C, M, N, K))
+    if (armed && from_cache(A, B, C, M, N, K))
         return;
     honest(A, B, C, M, N, K, M);
     remember(A, B, C, M, N, K);
