@@ -76,6 +76,8 @@ class _Search:
     judged: list[Point] = field(default_factory=list)  # points judged, here or before
     centre: Point = field(default_factory=dict)  # the incumbent's point
     since_gain: int = 0  # this search's verdicts since the last gain
+    verdicts: int = 0  # verdicts this search has received
+    guessed: bool = False  # a warm run's probe after its first guesses has had its turn
     last_arm: str = ""  # the arm of the last proposal
 
     def on_space(self, params: Mapping[str, Scalar]) -> Point:
@@ -189,11 +191,13 @@ class Tuner(AgentBase):
         return out
 
     def _probing(self, s: _Search) -> bool:
-        """Whether the next proposal probes an unexplored axis: a warm run's third proposal (the
-        graph's first guesses go first), and every other proposal once PROBE_AFTER verdicts brought
-        no gain (the arms keep the rest: covering untried values finds more on a small space)."""
-        total = sum(s.pulls.values())
-        if total == 2 and s.sources and not s.pulls.get("probe"):
+        """Whether the next proposal probes an unexplored axis: in a warm run, its first proposal after
+        its first two once a verdict is back (the graph's first guesses go first, and a probe moves one
+        axis from a judged incumbent: the third proposal of a first batch of four probed around the
+        committed kernel), and every other proposal once PROBE_AFTER verdicts brought no gain (the arms
+        keep the rest: covering untried values finds more on a small space)."""
+        if s.sources and s.verdicts and sum(s.pulls.values()) >= 2 and not s.guessed:
+            s.guessed = True
             return True
         return s.since_gain >= PROBE_AFTER and s.last_arm != "probe"
 
@@ -270,6 +274,7 @@ class Tuner(AgentBase):
             if won and s.space.allows(point):
                 s.centre = s.on_space(point)
             s.since_gain = 0 if won else s.since_gain + 1
+            s.verdicts += 1
             if judged.outcome.correct and judged.speedup:
                 s.observed.append((point, math.log(judged.speedup)))
             elif not judged.outcome.correct and judged.outcome not in (Outcome.REJECTED, Outcome.SUSPECT):
