@@ -1,11 +1,13 @@
 """bench/large_ops, operators with large tuning spaces (issue 39): a working operator repo.
 
 Its committed kernels pass their own tests through the plugin, and each declares a space of
-600-2,000 valid points over seven or more axes, whose default is the plain kernel.
+600-2,000 valid points over seven or more axes, whose default is the plain kernel. Two more operators
+judge those kernels at other shapes (same source, same family): siblings a graph can know the family of.
 """
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -15,18 +17,35 @@ from pytest_kope.spec import parse_spec
 
 LARGE = Path(__file__).resolve().parent.parent / "bench" / "large_ops"
 OPS = {"bmm": 720, "conv1d": 1008}
+SIBLINGS = {"bmm_wide": "bmm", "conv1d_k3": "conv1d"}  # operator -> the operator whose source it judges
 
 
 def test_the_large_ops_pass_through_the_plugin(pytester: pytest.Pytester):
-    for name in OPS:
+    for name in (*OPS, *SIBLINGS):
         shutil.copytree(LARGE / name, pytester.path / name)
     for name in ("conftest.py", "pytest.ini"):
         shutil.copy(LARGE / name, pytester.path / name)
     result = pytester.runpytest_subprocess("-q", "-p", "no:cacheprovider", "-p", "no:benchmark")
-    result.assert_outcomes(passed=25)  # 10 + 13 correctness shapes, and one timing per operator
-    result.stdout.fnmatch_lines(
-        ["*kope: kernel timings*", *[f"{op}/test_{op}.py::test_{op}_perf *" for op in OPS]]
+    result.assert_outcomes(passed=50)  # (10 + 13 correctness shapes, one timing) per kernel, twice
+    perf = sorted(f"{op}/test_{op}.py::test_{op}_perf *" for op in (*OPS, *SIBLINGS))
+    result.stdout.fnmatch_lines(["*kope: kernel timings*", *perf])
+
+
+@pytest.mark.parametrize("sibling", sorted(SIBLINGS))
+def test_a_sibling_judges_another_operators_source_in_its_family(sibling: str):
+    """Same source and family as the operator it copies (so the same space), its own name and shape."""
+    op = SIBLINGS[sibling]
+    assert marker(sibling) == (f"../{op}/{op}.c", marker(op)[1])
+    assert marker(op)[0] == f"{op}.c"
+
+
+def marker(op: str) -> tuple[str, str]:
+    """The source and family an operator's test module gives its kope marker."""
+    found = re.search(
+        r'source="([^"]+)".*?family="([^"]+)"', (LARGE / op / f"test_{op}.py").read_text(), re.S
     )
+    assert found, op
+    return found[1], found[2]
 
 
 @pytest.mark.parametrize("op", sorted(OPS))
