@@ -185,6 +185,15 @@ def test_search_smoke_reports_pipelines_apart(tmp_path: Path) -> None:
     assert data["composed"] == ["softmax+swiglu"] and set(data["results"]) >= {"softmax", "swiglu"}
 
 
+def test_shape_shift_smoke(tmp_path: Path) -> None:
+    out = tmp_path / "shape_shift.json"
+    proc = bench("bench/shape_shift.py", "--seeds", "2", "--out", str(out))
+    assert "bmm -> bmm_wide" in proc.stdout and "a cold seed worse than another" in proc.stdout
+    data = json.loads(out.read_text())
+    assert [r["direction"] for r in data["results"]] == ["bmm -> bmm_wide", "bmm_wide -> bmm"]
+    assert all(len(r["runs"]) == 2 and r["seeds"] == 2 for r in data["results"])
+
+
 def test_overhead_smoke_gives_the_false_win_rate_with_its_interval(tmp_path: Path) -> None:
     out = tmp_path / "overhead.json"
     proc = bench(

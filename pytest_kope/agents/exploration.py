@@ -4,7 +4,8 @@ A warm start follows what the experience graph knows; on an axis the graph says 
 first guess is a guess. An axis counts as *known* when the graph holds two or more of its values
 judged for this operator, or for its family on this hardware; an unknown axis counts as *explored*
 once this search has judged two points one move away from the incumbent on that axis (one-axis
-neighbours: two values besides the incumbent's), or every such neighbour the space has. Until
+neighbours: two values besides the incumbent's; a value the space's `require`s forbid there comes
+with the smallest move on one other axis that allows it), or every such neighbour the space has. Until
 every unknown axis is explored, "no gain in N" does not end the search (`StopRule`), and the tuner
 probes those axes itself (`probe`). A new incumbent has new neighbours: exploration starts again
 around it, within the budget.
@@ -54,14 +55,35 @@ def known_axes(space: TuningSpace, rows: Iterable[tuple[str, Mapping[str, Scalar
 
 
 def neighbours(space: TuningSpace, centre: Mapping[str, Scalar], axis: str) -> list[Point]:
-    """The points of `space` one move from `centre` on `axis`, in the axis's declared order."""
+    """The points of `space` one move from `centre` on `axis`, in the axis's declared order. A value
+    the space's `require`s forbid at `centre` is reached by the smallest move on one other axis that
+    allows it (`nearest`): on a boundary such as ``MT * NB <= 128`` a wider NB comes with a smaller MT,
+    where a move on `axis` alone would never leave the corner the incumbent sits in."""
     out: list[Point] = []
     for value in space.axes[axis]:
         if value != centre.get(axis):
-            point = {**centre, axis: value}
-            if space.allows(point):
+            point = nearest(space, {**centre, axis: value}, axis)
+            if point is not None:
                 out.append(point)
     return out
+
+
+def nearest(space: TuningSpace, point: Mapping[str, Scalar], fixed: str) -> Point | None:
+    """`point` if the space allows it, else the allowed point that differs from it on one axis other
+    than `fixed`, by the fewest steps in that axis's declared order (the earlier axis on a tie);
+    None when no such point is allowed."""
+    if space.allows(point):
+        return dict(point)
+    best: tuple[int, Point] | None = None
+    for name, values in space.axes.items():
+        if name == fixed or name not in point or point[name] not in values:
+            continue
+        at = values.index(point[name])
+        for i, value in enumerate(values):
+            moved = {**point, name: value}
+            if i != at and (best is None or abs(i - at) < best[0]) and space.allows(moved):
+                best = (abs(i - at), moved)
+    return best[1] if best is not None else None
 
 
 def unexplored(

@@ -152,6 +152,16 @@ class Memory:
     run_id: str = "search"
 
 
+@dataclass(frozen=True)
+class Pace:
+    """How a replayed search proceeds, as an optimize run's loop would: `patience` successive
+    evaluations without a gain end it (0: never; `StopRule`), and `batch` candidates are proposed
+    before any of them is judged (a run proposes `2 x --kope-jobs` at a time)."""
+
+    patience: int = 0
+    batch: int = 1
+
+
 def run_search(
     agent: Agent,
     info: OperatorInfo,
@@ -159,12 +169,12 @@ def run_search(
     evaluator: Evaluator,
     budget: int,
     memory: Memory | None = None,
-    patience: int = 0,
+    pace: Pace = Pace(),
 ) -> list[Judged]:
-    """Propose, evaluate, observe, one candidate at a time, until `budget` evaluations are spent, the
-    agent has nothing left or `patience` evaluations bring no gain (as an optimize run's `StopRule`
-    decides, unexplored axes included); returns the verdicts in evaluation order (the committed kernel
-    not counted). With `memory`, the graph learns from it as from an optimize run."""
+    """Propose, evaluate, observe, a batch at a time, until `budget` evaluations are spent, the
+    agent has nothing left or `pace.patience` evaluations bring no gain (as an optimize run's
+    `StopRule` decides, unexplored axes included); returns the verdicts in evaluation order (the
+    committed kernel not counted). With `memory`, the graph learns from it as from an optimize run."""
     graph, run_id = (memory.graph, memory.run_id) if memory is not None else (None, "search")
     baseline = baseline_of(info)
     incumbent = baseline
@@ -182,8 +192,8 @@ def run_search(
         return graph is not None and task is not None and graph.lookup(task, h) is not None
 
     recall = _recaller(graph, info, hardware)
-    rule = StopRule(budget, patience, unexplored=lambda: agent.unexplored(info.name))
-    while room := rule.room(1):
+    rule = StopRule(budget, pace.patience, unexplored=lambda: agent.unexplored(info.name))
+    while room := rule.room(pace.batch):
         ctx = Context(info, hardware, baseline, incumbent, history, budget - len(history), recall, seen)
         proposed = agent.propose(ctx, room)
         if not proposed:

@@ -19,7 +19,9 @@ Two arms, chosen by a Beta-Bernoulli bandit on "did the proposal beat the incumb
   the graph says of them (the cold tuner is this arm alone).
 
 When graph-led proposals stop beating the incumbent, the bandit shifts to exploring; with an empty
-graph only the explore arm exists. `explore_rate` is the least share of proposals the explore arm
+graph only the explore arm exists. After GRAPH_PATIENCE verdicts without a gain a warm run drops the
+graph altogether (`search_state.drop_graph`): a sibling's optimum at another shape holds a search the
+graph's prior still leads, while the graph keeps its trust by ranking the big effects right. `explore_rate` is the least share of proposals the explore arm
 gets. No value is ruled out by a lesson: every value of every axis gets tried before the budget is
 spent unless the budget is smaller than what covering them takes (then `usage()["untried"]` names
 them). State is kept per operator: what one operator's search saw never skews another's.
@@ -30,7 +32,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -39,9 +41,10 @@ from ..candidate import Candidate
 from ..judge.outcome import Judged, Outcome
 from ..memory.effects import AdditiveModel, Observation, value_key
 from ..memory.points import PastPoint
-from ..memory.transfer import Source, fit_source, graph_prior, losers, measure_agreement
+from ..memory.transfer import fit_source, graph_prior, losers, measure_agreement
 from ..spec import Point, Scalar, TuningSpace, parse_spec
 from . import exploration as ex
+from . import search_state as st
 from .base import AgentBase, Context
 
 FAILED_DROP = 1.0  # a broken point counts as this much log speedup below the worst correct one seen
@@ -54,38 +57,7 @@ GRAPH_SCALE = 0.0  # the graph arm follows its model's mean (ties broken at rand
 DECLARED_GAIN = 0.1  # prior log gain of a declared non-default value (see _declared_prior)
 DISCOUNT = 0.9  # the bandit forgets old rewards: the graph can stop paying midway
 PROBE_AFTER = 3  # evaluations without a gain after which an unexplored axis is probed
-
-
-@dataclass
-class _Search:
-    """One operator's search: own verdicts, the graph's points by source, the bandit, coverage."""
-
-    space: TuningSpace
-    observed: list[tuple[Point, float | None]] = field(default_factory=list)  # None: broke
-    sources: dict[str, Source] = field(default_factory=dict)  # the graph's sources, fitted once
-    losers: set[str] = field(default_factory=set)  # values trusted sources agree lose (graph arm)
-    arms: dict[str, list[float]] = field(default_factory=dict)  # arm -> [successes, failures] (+ prior)
-    arm_of: dict[str, str] = field(default_factory=dict)  # candidate hash -> the arm that proposed it
-    pulls: dict[str, int] = field(default_factory=dict)
-    tried: set[str] = field(default_factory=set)  # value keys seen in this search
-    weights: dict[str, float] = field(default_factory=dict)  # source -> weight at the last refit
-    model: AdditiveModel | None = None  # this operator's verdicts, with the graph as the prior
-    fitted_at: int = -1
-    points: tuple[TuningSpace, list[Point]] | None = None  # the space, enumerated
-    known: set[str] = field(default_factory=set)  # axes the graph has evidence on (exploration.py)
-    judged: list[Point] = field(default_factory=list)  # points judged, here or before
-    centre: Point = field(default_factory=dict)  # the incumbent's point
-    since_gain: int = 0  # this search's verdicts since the last gain
-    verdicts: int = 0  # verdicts this search has received
-    guessed: bool = False  # a warm run's probe after its first guesses has had its turn
-    last_arm: str = ""  # the arm of the last proposal
-
-    def on_space(self, params: Mapping[str, Scalar]) -> Point:
-        """`params` on this space's axes (a value it lacks: the axis's default)."""
-        return {n: params.get(n, values[0]) for n, values in self.space.axes.items()}
-
-    def unexplored(self) -> list[str]:
-        return ex.unexplored(self.space, self.known, self.centre, self.judged)
+GRAPH_PATIENCE = 4  # verdicts without a gain after which a warm run goes on as a cold one (drop_graph)
 
 
 class Tuner(AgentBase):
@@ -102,7 +74,7 @@ class Tuner(AgentBase):
         self.explore_rate = explore_rate
         self.ucb = ucb  # kept for callers; Thompson sampling replaced the UCB bonus
         self.recall_items = recall_items
-        self.searches: dict[str, _Search] = {}
+        self.searches: dict[str, st.Search] = {}
         self.proposed: set[str] = set()
         self._hashes: dict[tuple[str, str], str] = {}  # (base hash, point) -> candidate hash
         self.done: str | None = None  # why the last propose() returned nothing, when it did
@@ -115,8 +87,8 @@ class Tuner(AgentBase):
             return inc, _held(own, ctx.operator.space)
         return ctx.baseline.candidate, ctx.operator.space
 
-    def _start(self, ctx: Context, space: TuningSpace) -> _Search:
-        s = self.searches[ctx.operator.name] = _Search(space)
+    def _start(self, ctx: Context, space: TuningSpace) -> st.Search:
+        s = self.searches[ctx.operator.name] = st.Search(space)
         if space.allows(ctx.baseline.candidate.params):  # the committed kernel is a verdict too
             s.observed.append((dict(ctx.baseline.candidate.params), math.log(ctx.baseline.speedup or 1.0)))
             s.tried.update(value_key(k, v) for k, v in ctx.baseline.candidate.params.items())
@@ -190,7 +162,7 @@ class Tuner(AgentBase):
             out.append(cand)
         return out
 
-    def _probing(self, s: _Search) -> bool:
+    def _probing(self, s: st.Search) -> bool:
         """Whether the next proposal probes an unexplored axis: in a warm run, its first proposal after
         its first two once a verdict is back (the graph's first guesses go first, and a probe moves one
         axis from a judged incumbent: the third proposal of a first batch of four probed around the
@@ -201,7 +173,7 @@ class Tuner(AgentBase):
             return True
         return s.since_gain >= PROBE_AFTER and s.last_arm != "probe"
 
-    def _probe(self, ctx: Context, s: _Search, base: Candidate, probed: set[str]) -> Point | None:
+    def _probe(self, ctx: Context, s: st.Search, base: Candidate, probed: set[str]) -> Point | None:
         """The incumbent moved on the first unexplored axis not probed in this batch, to the value
         the model ranks best; None when there is none left to probe."""
         assert s.model is not None
@@ -215,7 +187,7 @@ class Tuner(AgentBase):
                 return near[int(np.argmax(scores))]
         return None
 
-    def _arm(self, s: _Search) -> str:
+    def _arm(self, s: st.Search) -> str:
         """Thompson sampling between the arms, with the explore arm's floor share."""
         total = sum(s.pulls.values())
         if "graph" not in s.arms or s.pulls.get("explore", 0) < self.explore_rate * (total + 1) - 1:
@@ -225,14 +197,14 @@ class Tuner(AgentBase):
         draws = {arm: self.rng.beta(a, b) for arm, (a, b) in s.arms.items()}
         return max(draws, key=lambda arm: draws[arm])
 
-    def _pick(self, s: _Search, arm: str, pool: list[Point], budget_left: int) -> int:
+    def _pick(self, s: st.Search, arm: str, pool: list[Point], budget_left: int) -> int:
         """Index of the pool point that scores best under the model, among the points that try new
         values. The explore arm takes the points that try the most values not yet tried and draws from
         the posterior (Thompson); the graph arm takes any point that tries one, not counting the values
         trusted sources agree lose, and follows the posterior mean, unless the budget left only just
         covers the untried values (then it too takes the points that try the most, losers included)."""
         assert s.model is not None
-        step = arm == "graph" and _covering(s) < budget_left  # else: cover, as the explore arm does
+        step = arm == "graph" and st.covering(s) < budget_left  # else: cover, as the explore arm does
         skip = s.losers if step else set()
         fresh = [
             sum((k := value_key(n, v)) not in s.tried and k not in skip for n, v in p.items()) for p in pool
@@ -246,7 +218,7 @@ class Tuner(AgentBase):
         scores = x @ theta + 1e-9 * self.rng.random(len(candidates))
         return candidates[int(np.argmax(scores))]
 
-    def _refit(self, s: _Search) -> None:
+    def _refit(self, s: st.Search) -> None:
         """Refit when a verdict arrived: this operator's verdicts are the data; the prior is the
         space's declaration, moved by the graph's sources, each weighted by closeness times how well it
         has ranked these verdicts so far (with no graph, or no trusted source, the declaration alone)."""
@@ -254,7 +226,9 @@ class Tuner(AgentBase):
             return
         s.fitted_at = len(s.observed)
         prior = _declared_prior(s.space)
-        if s.sources:
+        if s.sources and not s.dropped and s.since_gain >= GRAPH_PATIENCE:
+            st.drop_graph(s)
+        if s.sources and not s.dropped:
             sources = list(s.sources.values())
             measure_agreement(sources, [(p, y) for p, y in s.observed if y is not None])
             s.weights = {source.name: source.weight for source in sources}
@@ -281,7 +255,7 @@ class Tuner(AgentBase):
                 s.observed.append((point, None))
             arm = s.arm_of.pop(judged.candidate.hash, None)
             if arm == "graph" and not won and judged.outcome.correct:
-                _doubt(s, s.on_space(point), s.on_space(ctx.incumbent.candidate.params))
+                st.doubt(s, s.on_space(point), s.on_space(ctx.incumbent.candidate.params))
             if arm in s.arms:
                 for a in s.arms.values():  # discount: recent verdicts count most
                     a[0], a[1] = 1.0 + DISCOUNT * (a[0] - 1.0), 1.0 + DISCOUNT * (a[1] - 1.0)
@@ -301,7 +275,9 @@ class Tuner(AgentBase):
 
     def untried(self, operator: str) -> list[str]:
         """The values of the space this operator's search has not tried (the budget ran out first)."""
-        return [f"{n}={v}" for n, values in _untried_values(self.searches[operator]).items() for v in values]
+        return [
+            f"{n}={v}" for n, values in st.untried_values(self.searches[operator]).items() for v in values
+        ]
 
     def unexplored(self, operator: str) -> list[str]:
         """The axes the graph knows nothing about that this operator's search has not yet tried
@@ -337,7 +313,7 @@ class Tuner(AgentBase):
             h = self._hashes[(base.hash, key)] = self._candidate(base, point).hash
         return h not in self.proposed and h != base.hash and not ctx.seen(h)
 
-    def _pool(self, s: _Search, space: TuningSpace) -> list[Point]:
+    def _pool(self, s: st.Search, space: TuningSpace) -> list[Point]:
         if space.size() <= POOL:
             if s.points is None or s.points[0] is not space:  # enumerated once per search and space
                 s.points = (space, list(space.points()))
@@ -354,25 +330,6 @@ class Tuner(AgentBase):
             if len(pool) >= POOL:
                 break
         return pool
-
-
-def _doubt(s: _Search, lost: Point, incumbent: Point) -> None:
-    """The graph's pick lost head to head: each source that predicted it would win is believed less
-    for the rest of the run (the prior is refit before the next proposal)."""
-    for source in s.sources.values():
-        if source.predicted_a_win(lost, incumbent):
-            source.lost += 1
-            s.fitted_at = -1
-
-
-def _untried_values(s: _Search) -> dict[str, list[Scalar]]:
-    """Each axis's values the search has not tried yet."""
-    return {n: [v for v in values if value_key(n, v) not in s.tried] for n, values in s.space.axes.items()}
-
-
-def _covering(s: _Search) -> int:
-    """The fewest proposals that try every value not yet tried (a point tries one value an axis)."""
-    return max(map(len, _untried_values(s).values()), default=0)
 
 
 def _declared_prior(space: TuningSpace) -> dict[str, float]:

@@ -1,0 +1,165 @@
+"""A family's optimum at another shape: cold against warm, replayed over measured tables.
+
+`bench/large_ops`' bmm and bmm_wide judge one kernel source at two shapes; their optimum tiles differ
+(n = 40 takes 8-wide tiles, n = 96 takes 32-wide ones, and `MT * NB <= 128` makes the way from one to
+the other a move on two axes). Their measured tables (`bench/tables/large_ops`, every valid point
+judged once on the machine named in them) stand in for the judge, so many seeds cost seconds: for
+each seed, a cold search of the target, a search of the other shape recorded in a fresh graph, then a
+warm search of the target from that graph, each with an optimize run's batch and patience. Reported
+per direction: how often warm ends worse than cold's final point by more than 5%, against how often
+one cold seed ends that much worse than another, and warm's evaluations to cold's final level.
+
+    python bench/shape_shift.py [--seeds 60] [--out bench/results/shape_shift.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from tabulate import tabulate
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from pytest_kope.agents.search import Memory, Pace, Table, TableEvaluator, run_search  # noqa: E402
+from pytest_kope.agents.tuner import Tuner  # noqa: E402
+from pytest_kope.judge.outcome import Judged, Outcome  # noqa: E402
+from pytest_kope.memory import Graph  # noqa: E402
+
+TABLES = ROOT / "bench" / "tables" / "large_ops"
+PACE = Pace(patience=8, batch=4)  # an optimize run's defaults on two workers
+BUDGET = 24
+WORSE = 1.05  # a final point more than 5% slower than another's
+
+
+def load(name: str) -> Table:
+    return Table.from_json(json.loads((TABLES / f"{name}.json").read_text()))
+
+
+def final(history: list[Judged]) -> float:
+    """The speedup of the point a search ends on (its last gain; 1: the committed kernel)."""
+    kept = [j.speedup or 1.0 for j in history if j.outcome == Outcome.BETTER]
+    return kept[-1] if kept else 1.0
+
+
+def first_at(history: list[Judged], level: float) -> int | None:
+    """The evaluation at which a search first kept a point within 5% of `level`."""
+    for i, j in enumerate(history, 1):
+        if j.outcome == Outcome.BETTER and (j.speedup or 0.0) * WORSE >= level:
+            return i
+    return None
+
+
+def replay(fill: Table, target: Table, seeds: int, work: Path) -> list[dict[str, Any]]:
+    """Per seed: cold's and warm's final speedups, evaluations spent and to cold's final level."""
+    rows = []
+    for seed in range(seeds):
+        cold = run_search(
+            Tuner(seed=seed), target.info(), target.hardware, TableEvaluator(target), BUDGET, None, PACE
+        )
+        graph = Graph(work / f"{fill.operator}-{target.operator}-{seed}.db")
+        try:
+            info, hw = fill.info(), target.hardware  # one machine: the fill is "its family, here"
+            run_search(
+                Tuner(seed=seed + 100), info, hw, TableEvaluator(fill), BUDGET, Memory(graph, "fill"), PACE
+            )
+            warm = run_search(
+                Tuner(seed=seed + 500),
+                target.info(),
+                hw,
+                TableEvaluator(target),
+                BUDGET,
+                Memory(graph, "warm"),
+                PACE,
+            )
+        finally:
+            graph.close()
+        level = final(cold)
+        rows.append(
+            {
+                "seed": seed,
+                "cold": level,
+                "warm": final(warm),
+                "cold_evaluations": len(cold),
+                "warm_evaluations": len(warm),
+                "cold_to_level": first_at(cold, level),
+                "warm_to_level": first_at(warm, level),
+            }
+        )
+    return rows
+
+
+def summary(direction: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    colds = [r["cold"] for r in rows]
+    pairs = [(a, b) for i, a in enumerate(colds) for j, b in enumerate(colds) if i != j]
+    shares = [
+        r["warm_to_level"] / r["cold_to_level"] for r in rows if r["warm_to_level"] and r["cold_to_level"]
+    ]
+    return {
+        "direction": direction,
+        "seeds": len(rows),
+        "warm_worse": sum(r["warm"] * WORSE < r["cold"] for r in rows),
+        "cold_worse_than_cold": sum(a * WORSE < b for a, b in pairs) / len(pairs) if pairs else None,
+        "warm_never_at_cold_level": sum(r["warm_to_level"] is None for r in rows),
+        "warm_over_cold_evaluations": statistics.median(shares) if shares else None,
+        "cold_evaluations": statistics.median(r["cold_evaluations"] for r in rows),
+        "warm_evaluations": statistics.median(r["warm_evaluations"] for r in rows),
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", type=int, default=60)
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "shape_shift.json")
+    args = parser.parse_args(argv)
+    work = Path(tempfile.mkdtemp(prefix="kope-shift-"))
+    results = []
+    for fill, target in (("bmm", "bmm_wide"), ("bmm_wide", "bmm")):
+        rows = replay(load(fill), load(target), args.seeds, work)
+        results.append({**summary(f"{fill} -> {target}", rows), "runs": rows})
+    print(
+        tabulate(
+            [
+                [
+                    r["direction"],
+                    f"{r['warm_worse']} of {r['seeds']}",
+                    f"{r['cold_worse_than_cold']:.0%}",
+                    r["warm_never_at_cold_level"],
+                    r["warm_over_cold_evaluations"],
+                    f"{r['cold_evaluations']:g} / {r['warm_evaluations']:g}",
+                ]
+                for r in results
+            ],
+            headers=[
+                "graph -> target",
+                "warm worse than cold by >5%",
+                "a cold seed worse than another",
+                "warm never at cold's level",
+                "warm/cold evals to cold's level",
+                "evals cold / warm",
+            ],
+        )
+    )
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(
+        json.dumps(
+            {
+                "budget": BUDGET,
+                "pace": asdict(PACE),
+                "results": results,
+            },
+            indent=1,
+        )
+    )
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
