@@ -213,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     deadline = time.monotonic() + 60 * args.minutes
     with tempfile.TemporaryDirectory(prefix="kope-tables-"):
-        for plan in plans(args.repo, [n for n in args.ops.split(",") if n]):
+        for plan in plans(args.repo.resolve(), [n for n in args.ops.split(",") if n]):
             table = measure(plan, args.out, args.max_points, deadline)
             if args.refine and time.monotonic() < deadline:
                 refine(plan, args.out, args.refine, args.again)
