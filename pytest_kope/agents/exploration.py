@@ -79,9 +79,9 @@ def nearest(space: TuningSpace, point: Mapping[str, Scalar], fixed: str) -> Poin
         if name == fixed or name not in point or point[name] not in values:
             continue
         at = values.index(point[name])
-        for i, value in enumerate(values):
+        for i, value in enumerate(values):  # i == at is `point` itself, which is not allowed
             moved = {**point, name: value}
-            if i != at and (best is None or abs(i - at) < best[0]) and space.allows(moved):
+            if (best is None or abs(i - at) < best[0]) and space.allows(moved):
                 best = (abs(i - at), moved)
     return best[1] if best is not None else None
 
