@@ -3,6 +3,9 @@
 Its committed kernels pass their own tests through the plugin, and each declares a space of
 600-2,000 valid points over seven or more axes, whose default is the plain kernel. Two more operators
 judge those kernels at other shapes (same source, same family): siblings a graph can know the family of.
+conv1d and bmm share no axis but THREADS with the sample operators; cdist and stencil2d share vector
+length, streaming stores, threads and flag sets with them, besides axes of their own (a graph of the
+sample operators knows part of their spaces, as it would a new operator's in a kernel engineer's repo).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import pytest
 from pytest_kope.spec import parse_spec
 
 LARGE = Path(__file__).resolve().parent.parent / "bench" / "large_ops"
-OPS = {"bmm": 720, "conv1d": 1008}
+OPS = {"bmm": 720, "conv1d": 1008, "cdist": 1344, "stencil2d": 1088}
 SIBLINGS = {"bmm_wide": "bmm", "conv1d_k3": "conv1d"}  # operator -> the operator whose source it judges
 
 
@@ -26,7 +29,7 @@ def test_the_large_ops_pass_through_the_plugin(pytester: pytest.Pytester):
     for name in ("conftest.py", "pytest.ini"):
         shutil.copy(LARGE / name, pytester.path / name)
     result = pytester.runpytest_subprocess("-q", "-p", "no:cacheprovider", "-p", "no:benchmark")
-    result.assert_outcomes(passed=50)  # (10 + 13 correctness shapes, one timing) per kernel, twice
+    result.assert_outcomes(passed=72)  # (10 + 13 correctness shapes, one timing) per kernel, twice; 11 + 11
     perf = sorted(f"{op}/test_{op}.py::test_{op}_perf *" for op in (*OPS, *SIBLINGS))
     result.stdout.fnmatch_lines(["*kope: kernel timings*", *perf])
 
@@ -56,3 +59,18 @@ def test_each_space_is_large_with_a_plain_default(op: str):
     assert len(spec.space.axes) >= 7
     defaults = spec.space.defaults
     assert defaults["flags"] == "-O2" and defaults["THREADS"] == 1 and defaults in points
+
+
+@pytest.mark.parametrize("op", ["cdist", "stencil2d"])
+def test_a_mixed_space_shares_some_axes_with_the_sample_operators(op: str):
+    """VEC, NT and THREADS as the sample operators declare them, and most flag sets; three axes of its own."""
+    samples = Path(__file__).resolve().parent.parent / "sample_ops"
+    sample_axes: dict[str, set[object]] = {}
+    for source in samples.glob("*/*.c"):
+        for name, values in parse_spec(source.read_text(), source.name).space.axes.items():
+            sample_axes.setdefault(name, set()).update(values)
+    axes = parse_spec((LARGE / op / f"{op}.c").read_text(), f"{op}.c").space.axes
+    for name in ("VEC", "NT", "THREADS"):
+        assert set(axes[name]) <= sample_axes[name], name
+    assert len(set(axes["flags"]) & sample_axes["flags"]) >= 2
+    assert len([name for name in axes if name not in sample_axes]) >= 3
