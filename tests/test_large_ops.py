@@ -3,7 +3,7 @@
 Its committed kernels pass their own tests through the plugin, and each declares a space of
 600-2,000 valid points over seven or more axes, whose default is the plain kernel. Two more operators
 judge those kernels at other shapes (same source, same family): siblings a graph can know the family of.
-conv1d and bmm share no axis but THREADS with the sample operators; cdist and stencil2d share vector
+conv1d and bmm share only THREADS and flag sets with the sample operators; cdist and stencil2d share vector
 length, streaming stores, threads and flag sets with them, besides axes of their own (a graph of the
 sample operators knows part of their spaces, as it would a new operator's in a kernel engineer's repo).
 """
