@@ -22,9 +22,10 @@ When graph-led proposals stop beating the incumbent, the bandit shifts to explor
 graph only the explore arm exists. After GRAPH_PATIENCE verdicts without a gain a warm run drops the
 graph altogether (`search_state.drop_graph`): a sibling's optimum at another shape holds a search the
 graph's prior still leads, while the graph keeps its trust by ranking the big effects right.
-`explore_rate` is the least share of proposals the explore arm gets. No value is ruled out by a lesson: every value of every axis gets tried before the budget is
-spent unless the budget is smaller than what covering them takes (then `usage()["untried"]` names
-them). State is kept per operator: what one operator's search saw never skews another's.
+`explore_rate` is the least share of proposals the explore arm gets. No value is ruled out by a
+lesson: every value of every axis gets tried before the budget is spent unless the budget is smaller
+than what covering them takes (then `usage()["untried"]` names them). State is kept per operator:
+what one operator's search saw never skews another's.
 """
 
 from __future__ import annotations
