@@ -28,6 +28,7 @@ from tabulate import tabulate
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from pytest_kope.agents.base import OperatorInfo  # noqa: E402
 from pytest_kope.agents.search import Memory, Pace, Table, TableEvaluator, run_search  # noqa: E402
 from pytest_kope.agents.tuner import Tuner  # noqa: E402
 from pytest_kope.judge.outcome import Judged, Outcome  # noqa: E402
@@ -57,28 +58,30 @@ def first_at(history: list[Judged], level: float) -> int | None:
     return None
 
 
+def tuned(
+    table: Table,
+    seed: int,
+    hardware: dict[str, Any],
+    memory: Memory | None = None,
+    budget: int = BUDGET,
+    info: OperatorInfo | None = None,
+) -> list[Judged]:
+    """The tuner's search of `table` on `hardware`, paced as an optimize run paces it, over the space
+    `info` declares (default: the table's own); with `memory`, recorded in that graph and recalled."""
+    info = info or table.info()
+    return run_search(Tuner(seed=seed), info, hardware, TableEvaluator(table), budget, memory, PACE)
+
+
 def replay(fill: Table, target: Table, seeds: int, work: Path) -> list[dict[str, Any]]:
     """Per seed: cold's and warm's final speedups, evaluations spent and to cold's final level."""
     rows = []
     for seed in range(seeds):
-        cold = run_search(
-            Tuner(seed=seed), target.info(), target.hardware, TableEvaluator(target), BUDGET, None, PACE
-        )
+        hw = target.hardware  # one machine: the fill is "its family, here"
+        cold = tuned(target, seed, hw)
         graph = Graph(work / f"{fill.operator}-{target.operator}-{seed}.db")
         try:
-            info, hw = fill.info(), target.hardware  # one machine: the fill is "its family, here"
-            run_search(
-                Tuner(seed=seed + 100), info, hw, TableEvaluator(fill), BUDGET, Memory(graph, "fill"), PACE
-            )
-            warm = run_search(
-                Tuner(seed=seed + 500),
-                target.info(),
-                hw,
-                TableEvaluator(target),
-                BUDGET,
-                Memory(graph, "warm"),
-                PACE,
-            )
+            tuned(fill, seed + 100, hw, Memory(graph, "fill"))
+            warm = tuned(target, seed + 500, hw, Memory(graph, "warm"))
         finally:
             graph.close()
         level = final(cold)

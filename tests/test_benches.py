@@ -23,8 +23,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench import cold_warm, false_wins, tables  # noqa: E402
+from bench import cold_warm, false_wins, tables, transfer_bound  # noqa: E402
 from pytest_kope.agents.search import Table  # noqa: E402
+from pytest_kope.spec import Scalar  # noqa: E402
 
 HANG = 900  # a guard against a hung bench, not a speed requirement
 
@@ -192,6 +193,37 @@ def test_shape_shift_smoke(tmp_path: Path) -> None:
     data = json.loads(out.read_text())
     assert [r["direction"] for r in data["results"]] == ["bmm -> bmm_wide", "bmm_wide -> bmm"]
     assert all(len(r["runs"]) == 2 and r["seeds"] == 2 for r in data["results"])
+
+
+def test_transfer_bound_smoke(tmp_path: Path) -> None:
+    out = tmp_path / "transfer_bound.json"
+    proc = bench("bench/transfer_bound.py", "--seeds", "2", "--out", str(out))
+    assert "stencil2d: shared axes VEC, NT, THREADS, flags" in proc.stdout
+    assert "one cold seed worse than another" in proc.stdout
+    (result,) = json.loads(out.read_text())["results"]
+    assert [s["search"] for s in result["searches"]] == transfer_bound.SEARCHES
+    assert all(run["cold"]["to_cold_level"] for run in result["runs"])  # cold reaches its own level
+
+
+def test_a_held_search_sees_the_smaller_space_at_the_tables_own_figures() -> None:
+    target = transfer_bound.load(transfer_bound.TABLES / "large_ops", "stencil2d")
+    values: dict[str, Scalar] = {"VEC": 8, "NT": 1, "THREADS": 2, "flags": "-O3 -march=native"}
+    info, table, base = transfer_bound.held(target, values)
+    assert len(table.rows) == len(list(info.space.points())) > 1
+    assert table.speedup(info.space.defaults) == pytest.approx(1.0)
+    assert base == target.speedup(info.space.defaults)
+    for point in table.points():
+        assert all(point[k] == v for k, v in values.items())
+        assert (table.speedup(point) or 0.0) * base == pytest.approx(target.speedup(point))
+
+
+def test_fill_and_target_tables_must_come_from_one_machine() -> None:
+    target = transfer_bound.load(transfer_bound.TABLES / "large_ops", "stencil2d")
+    here = transfer_bound.load(transfer_bound.TABLES / "epyc_avx2", "softmax")
+    transfer_bound.one_machine(target, [here])
+    elsewhere = transfer_bound.load(transfer_bound.TABLES, "softmax")  # the Xeon's sample tables
+    with pytest.raises(SystemExit, match="measure both on one machine"):
+        transfer_bound.one_machine(target, [here, elsewhere])
 
 
 def test_overhead_smoke_gives_the_false_win_rate_with_its_interval(tmp_path: Path) -> None:
