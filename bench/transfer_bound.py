@@ -10,7 +10,7 @@ batch and patience:
 - cold: the tuner with an empty graph;
 - warm: the tuner from a graph filled by budget-16 searches of the fill tables;
 - held at the best: cold, with the shared axes held at the target table's best point (a perfect
-  transfer of everything they share: the bound no graph can beat);
+  transfer of everything they share: what no graph of other families can better, for this tuner);
 - held at the graph's word: cold, with the shared axes held at warm's first proposal (the values the
   filled graph ranks best: transfer without doubt).
 
@@ -19,7 +19,8 @@ batch and patience:
 A held search runs on the table restricted to its held values, its speedups taken against the held
 point at the target's own defaults (its committed kernel there), so the tuner sees what a search of
 that smaller space would. Reported per search, median over seeds: evaluations to cold's final level
-(the first kept point within 5% of it; a search that never gets there counts as budget + 1), that
+(the first kept point within 5% of it; 0 when the held point is there already; a search that never
+gets there counts as budget + 1), that
 over cold's own, the final speedup, and how often it ends worse than cold by more than 5%. Fill and
 target tables must come from one machine (`bench/tables.py` names it in each table).
 
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 import tempfile
@@ -44,7 +46,6 @@ sys.path.insert(0, str(ROOT))
 
 from bench.shape_shift import BUDGET, PACE, WORSE, final, first_at, tuned  # noqa: E402
 from pytest_kope.agents.base import OperatorInfo  # noqa: E402
-from pytest_kope.agents.exploration import point_key  # noqa: E402
 from pytest_kope.agents.search import Memory, Table  # noqa: E402
 from pytest_kope.memory import Graph  # noqa: E402
 from pytest_kope.spec import Scalar  # noqa: E402
@@ -94,7 +95,6 @@ def held(target: Table, values: dict[str, Scalar]) -> tuple[OperatorInfo, Table,
         for key, row in target.rows.items()
         if all(row["params"][n] == v for n, v in values.items())
     }
-    assert point_key(space.defaults) in rows
     return replace(info, space=space), replace(target, rows=rows), base
 
 
@@ -124,13 +124,14 @@ def searched(target: Table, fills: list[Table], hold: list[str], seed: int, work
         out[name] = {
             "final": base * final(history),
             "evaluations": len(history),
-            "to_cold_level": 0 if base * WORSE >= level else first_at(history, level / base),
+            "to_cold_level": 0 if base != 1.0 and base * WORSE >= level else first_at(history, level / base),
         }
     return out
 
 
 def summary(rows: list[dict[str, Any]], name: str) -> dict[str, Any]:
-    """One search over the seeds (medians); never at cold's level counts as budget + 1."""
+    """One search over the seeds (medians); never at cold's level counts as budget + 1 (a seed whose
+    cold search never gained has no level to reach: left out of the ratio)."""
     to = [r[name]["to_cold_level"] or BUDGET + 1 for r in rows]
     cold_to = [r["cold"]["to_cold_level"] for r in rows]
     q = statistics.quantiles(to, n=4) if len(to) > 1 else [to[0]] * 3
@@ -139,7 +140,7 @@ def summary(rows: list[dict[str, Any]], name: str) -> dict[str, Any]:
         "to_cold_level": statistics.median(to),
         "to_cold_level_iqr": [q[0], q[2]],
         "never": sum(r[name]["to_cold_level"] is None for r in rows),
-        "over_cold": statistics.median(t / c for t, c in zip(to, cold_to)),
+        "over_cold": statistics.median([t / c for t, c in zip(to, cold_to) if c] or [math.nan]),
         "final": statistics.median(r[name]["final"] for r in rows),
         "worse": sum(r[name]["final"] * WORSE < r["cold"]["final"] for r in rows),
         "evaluations": statistics.median(r[name]["evaluations"] for r in rows),
@@ -151,6 +152,39 @@ def cold_worse_rate(rows: list[dict[str, Any]]) -> float:
     colds = [r["cold"]["final"] for r in rows]
     pairs = [(a, b) for i, a in enumerate(colds) for j, b in enumerate(colds) if i != j]
     return sum(a * WORSE < b for a, b in pairs) / len(pairs) if pairs else 0.0
+
+
+def show(results: list[dict[str, Any]]) -> None:
+    """Per target, a table: one row a search."""
+    for r in results:
+        print(
+            f"\n{r['operator']}: shared axes {', '.join(r['shared_axes'])}, held {', '.join(r['held_axes'])} "
+            f"({len(r['runs'])} seeds, budget {BUDGET})"
+        )
+        print(
+            tabulate(
+                [
+                    [
+                        s["search"],
+                        f"{s['to_cold_level']:g} [{s['to_cold_level_iqr'][0]:g}-{s['to_cold_level_iqr'][1]:g}]",
+                        s["never"],
+                        f"{s['over_cold']:.2f}",
+                        f"{s['final']:.1f}",
+                        f"{s['worse']} of {len(r['runs'])}",
+                    ]
+                    for s in r["searches"]
+                ],
+                headers=[
+                    "search",
+                    "evals to cold's level",
+                    "never",
+                    "over cold's (median)",
+                    "final speedup",
+                    "worse than cold by >5%",
+                ],
+            )
+        )
+        print(f"one cold seed worse than another by >5%: {r['cold_worse_than_cold']:.0%} of pairs")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -188,35 +222,7 @@ def main(argv: list[str] | None = None) -> None:
                 "runs": rows,
             }
         )
-    for r in results:
-        print(
-            f"\n{r['operator']}: shared axes {', '.join(r['shared_axes'])}, held {', '.join(r['held_axes'])} "
-            f"({len(r['runs'])} seeds, budget {BUDGET})"
-        )
-        print(
-            tabulate(
-                [
-                    [
-                        s["search"],
-                        f"{s['to_cold_level']:g} [{s['to_cold_level_iqr'][0]:g}-{s['to_cold_level_iqr'][1]:g}]",
-                        s["never"],
-                        f"{s['over_cold']:.2f}",
-                        f"{s['final']:.1f}",
-                        f"{s['worse']} of {len(r['runs'])}",
-                    ]
-                    for s in r["searches"]
-                ],
-                headers=[
-                    "search",
-                    "evals to cold's level",
-                    "never",
-                    "over cold's (median)",
-                    "final speedup",
-                    "worse than cold by >5%",
-                ],
-            )
-        )
-        print(f"one cold seed worse than another by >5%: {r['cold_worse_than_cold']:.0%} of pairs")
+    show(results)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     payload = {"budget": BUDGET, "fill_budget": FILL_BUDGET, "pace": asdict(PACE), "fill": args.fill}
     args.out.write_text(json.dumps({**payload, "results": results}, indent=1, default=str))
