@@ -40,8 +40,11 @@ BUDGET = 24
 WORSE = 1.05  # a final point more than 5% slower than another's
 
 
-def load(name: str) -> Table:
-    return Table.from_json(json.loads((TABLES / f"{name}.json").read_text()))
+def load(name: str, folder: Path = TABLES) -> Table:
+    path = folder / f"{name}.json"
+    if not path.exists():
+        raise SystemExit(f"{path}: no such table; measure it with python bench/tables.py --out {folder}")
+    return Table.from_json(json.loads(path.read_text()))
 
 
 def final(history: list[Judged]) -> float:

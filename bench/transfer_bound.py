@@ -44,7 +44,7 @@ from tabulate import tabulate
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.shape_shift import BUDGET, PACE, WORSE, final, first_at, tuned  # noqa: E402
+from bench.shape_shift import BUDGET, PACE, WORSE, final, first_at, load, tuned  # noqa: E402
 from pytest_kope.agents.base import OperatorInfo  # noqa: E402
 from pytest_kope.agents.search import Memory, Table  # noqa: E402
 from pytest_kope.memory import Graph  # noqa: E402
@@ -55,13 +55,6 @@ FILL = ["softmax", "layernorm", "gelu", "transpose"]
 FILL_BUDGET = 16
 SEARCHES = ["cold", "warm", "held at the best", "held at the graph's word"]
 MACHINE = ("model", "simd_level", "cores")  # what must match for fill and target to be one machine
-
-
-def load(folder: Path, name: str) -> Table:
-    path = folder / f"{name}.json"
-    if not path.exists():
-        raise SystemExit(f"{path}: no such table; measure it with python bench/tables.py --out {folder}")
-    return Table.from_json(json.loads(path.read_text()))
 
 
 def one_machine(target: Table, fills: list[Table]) -> None:
@@ -197,11 +190,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seeds", type=int, default=20)
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "transfer_bound.json")
     args = parser.parse_args(argv)
-    fills = [load(args.fill_tables, n) for n in args.fill.split(",") if n]
+    fills = [load(n, args.fill_tables) for n in args.fill.split(",") if n]
     work = Path(tempfile.mkdtemp(prefix="kope-bound-"))
     results = []
     for name in (n for n in args.eval.split(",") if n):
-        target = load(args.tables, name)
+        target = load(name, args.tables)
         one_machine(target, fills)
         shared = shared_axes(target, fills)
         hold = [a for a in args.hold.split(",") if a] or shared

@@ -23,7 +23,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench import cold_warm, false_wins, tables, transfer_bound  # noqa: E402
+from bench import cold_warm, false_wins, shape_shift, tables, transfer_bound  # noqa: E402
 from pytest_kope.agents.search import Table  # noqa: E402
 from pytest_kope.spec import Scalar  # noqa: E402
 
@@ -206,7 +206,7 @@ def test_transfer_bound_smoke(tmp_path: Path) -> None:
 
 
 def test_a_held_search_sees_the_smaller_space_at_the_tables_own_figures() -> None:
-    target = transfer_bound.load(transfer_bound.TABLES / "large_ops", "stencil2d")
+    target = shape_shift.load("stencil2d", transfer_bound.TABLES / "large_ops")
     values: dict[str, Scalar] = {"VEC": 8, "NT": 1, "THREADS": 2, "flags": "-O3 -march=native"}
     info, table, base = transfer_bound.held(target, values)
     assert len(table.rows) == len(list(info.space.points())) > 1
@@ -218,10 +218,10 @@ def test_a_held_search_sees_the_smaller_space_at_the_tables_own_figures() -> Non
 
 
 def test_fill_and_target_tables_must_come_from_one_machine() -> None:
-    target = transfer_bound.load(transfer_bound.TABLES / "large_ops", "stencil2d")
-    here = transfer_bound.load(transfer_bound.TABLES / "epyc_avx2", "softmax")
+    target = shape_shift.load("stencil2d", transfer_bound.TABLES / "large_ops")
+    here = shape_shift.load("softmax", transfer_bound.TABLES / "epyc_avx2")
     transfer_bound.one_machine(target, [here])
-    elsewhere = transfer_bound.load(transfer_bound.TABLES, "softmax")  # the Xeon's sample tables
+    elsewhere = shape_shift.load("softmax", transfer_bound.TABLES)  # the Xeon's sample tables
     with pytest.raises(SystemExit, match="measure both on one machine"):
         transfer_bound.one_machine(target, [here, elsewhere])
 
