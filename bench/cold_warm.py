@@ -13,7 +13,8 @@ neither always meets a fresh (or a tired) machine first.
 For each operator it prints, as the median over the seeds with the range: each run's verified best,
 warm's winner against cold's head to head (paired in one child), and at which evaluation each run
 first kept a point at cold's winner's level (its head-to-head median ratio at least 0.95; the goal:
-warm in at most half of cold's evaluations). Warm "reached" cold's level on an operator when the
+warm in at most half of cold's evaluations; a warm run that never gets there counts as budget + 1,
+never as left out, or the seeds where warm does worst would vanish from the median). Warm "reached" cold's level on an operator when the
 median over the seeds of the head-to-head ratio is at least 0.95. Every two seeds' cold winners are
 also timed head to head: how often one cold run ends worse than another beyond noise is the rate
 "warm worse beyond noise" is read against. Writes JSON, every seed's run in it.
@@ -226,8 +227,11 @@ def evals_to_level(repo: Path, op: str, target: dict[str, Any], tried: list[dict
     return None
 
 
-def compare(cold: dict[str, Any], warm: dict[str, Any], repo: Path, seed: int) -> list[dict[str, Any]]:
-    """Per operator, one seed's result: both runs' figures, warm's winner head to head with cold's."""
+def compare(
+    cold: dict[str, Any], warm: dict[str, Any], repo: Path, seed: int, budget: int
+) -> list[dict[str, Any]]:
+    """Per operator, one seed's result: both runs' figures, warm's winner head to head with cold's
+    (warm/cold evaluations to cold's level: `warm_over_cold`)."""
     results = []
     for c, w, first in zip(cold["operators"], warm["operators"], cold["first"]):
         target = (c.get("best") or {}).get("params") or {}
@@ -248,7 +252,7 @@ def compare(cold: dict[str, Any], warm: dict[str, Any], repo: Path, seed: int) -
                 "warm_level": level(h2h),  # warm's winner's median ratio within 5% of cold's or better
                 "cold_evals_to_cold_level": cold_to,
                 "warm_evals_to_cold_level": warm_to,
-                "warm_over_cold": warm_to / cold_to if warm_to and cold_to else None,
+                "warm_over_cold": warm_over_cold(warm_to, cold_to, budget),
                 # beyond noise: the head-to-head interval's upper end below 1
                 "warm_worse": h2h.get("high", 1.0) < 1.0,
                 **{
@@ -262,6 +266,13 @@ def compare(cold: dict[str, Any], warm: dict[str, Any], repo: Path, seed: int) -
             }
         )
     return results
+
+
+def warm_over_cold(warm_to: int | None, cold_to: int | None, budget: int) -> float | None:
+    """Warm's evaluations to cold's level over cold's own; a warm run that never got there counts as
+    `budget` + 1 (a lower bound: it might have got there later), so no seed drops out of the median.
+    None only when cold has no level to reach (it never kept a point)."""
+    return (warm_to or budget + 1) / cold_to if cold_to else None
 
 
 def cold_against_cold(repo: Path, results: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -312,7 +323,7 @@ def per_operator(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for op in dict.fromkeys(r["operator"] for r in results):
         mine = [r for r in results if r["operator"] == op]
         ratios = [r["head_to_head"]["ratio"] for r in mine if "ratio" in r["head_to_head"]]
-        shares = [r["warm_over_cold"] for r in mine if r["warm_over_cold"]]
+        shares = [r["warm_over_cold"] for r in mine if r["warm_over_cold"] is not None]
         summary.append(
             {
                 "operator": op,
@@ -416,7 +427,7 @@ def main(argv: list[str] | None = None) -> None:
         filled = work / f"filled-{seed}.db"
         fill = optimize(fill_repo, args.fill, filled, args.fill_budget or args.budget, f"fill-{seed}", seed)
         cold, warm = evaluate(repo, args.eval, filled, work, args.budget, seed)
-        results += compare(cold, warm, repo, seed)
+        results += compare(cold, warm, repo, seed, args.budget)
         walls["fill"] += fill["wall_s"]
         walls["cold"] += cold["wall_s"]
         walls["warm"] += warm["wall_s"]

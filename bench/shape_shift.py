@@ -9,7 +9,7 @@ warm search of the target from that graph, each with an optimize run's batch and
 per direction: how often warm ends worse than cold's final point by more than 5%, against how often
 one cold seed ends that much worse than another, and warm's evaluations to cold's final level.
 
-    python bench/shape_shift.py [--seeds 60] [--out bench/results/shape_shift.json]
+    python bench/shape_shift.py [--seeds 60] [--tables bench/tables/large_ops] [--out bench/results/shape_shift.json]
 """
 
 from __future__ import annotations
@@ -105,8 +105,8 @@ def replay(fill: Table, target: Table, seeds: int, work: Path) -> list[dict[str,
 def summary(direction: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
     colds = [r["cold"] for r in rows]
     pairs = [(a, b) for i, a in enumerate(colds) for j, b in enumerate(colds) if i != j]
-    shares = [
-        r["warm_to_level"] / r["cold_to_level"] for r in rows if r["warm_to_level"] and r["cold_to_level"]
+    shares = [  # a warm run never at cold's level counts as BUDGET + 1 evaluations, never as left out
+        (r["warm_to_level"] or BUDGET + 1) / r["cold_to_level"] for r in rows if r["cold_to_level"]
     ]
     return {
         "direction": direction,
@@ -123,12 +123,13 @@ def summary(direction: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, default=60)
+    parser.add_argument("--tables", type=Path, default=TABLES, help="where bmm.json and bmm_wide.json are")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "shape_shift.json")
     args = parser.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="kope-shift-"))
     results = []
     for fill, target in (("bmm", "bmm_wide"), ("bmm_wide", "bmm")):
-        rows = replay(load(fill), load(target), args.seeds, work)
+        rows = replay(load(fill, args.tables), load(target, args.tables), args.seeds, work)
         results.append({**summary(f"{fill} -> {target}", rows), "runs": rows})
     print(
         tabulate(

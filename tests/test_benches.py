@@ -150,6 +150,21 @@ def test_reaching_colds_level_is_decided_by_the_median_ratio() -> None:
     assert summary["warm_worse_beyond_noise"] == 1
 
 
+def test_a_warm_run_that_never_reaches_colds_level_counts_as_budget_plus_one() -> None:
+    """The seeds where warm does worst stay in the median: left out, they made 1.10 read 0.17."""
+    assert cold_warm.warm_over_cold(None, 10, budget=24) == 2.5
+    assert cold_warm.warm_over_cold(5, 10, budget=24) == 0.5
+    assert cold_warm.warm_over_cold(5, None, budget=24) is None  # cold has no level to reach
+    runs = [
+        {"cold": 30.0, "warm": 30.0, "cold_to_level": c, "warm_to_level": w, "cold_evaluations": 24}
+        | {"warm_evaluations": 24}
+        for c, w in ((10, 1), (10, 2), (10, None), (10, None), (10, None))
+    ]
+    summary = shape_shift.summary("a -> b", runs)
+    assert summary["warm_never_at_cold_level"] == 3
+    assert summary["warm_over_cold_evaluations"] == (shape_shift.BUDGET + 1) / 10
+
+
 def test_tables_smoke_refines_and_round_trips(tmp_path: Path) -> None:
     out = tmp_path / "tables"
     proc = bench(
