@@ -14,10 +14,11 @@ For each operator it prints, as the median over the seeds with the range: each r
 warm's winner against cold's head to head (paired in one child), and at which evaluation each run
 first kept a point at cold's winner's level (its head-to-head median ratio at least 0.95; the goal:
 warm in at most half of cold's evaluations; a warm run that never gets there counts as budget + 1,
-never as left out, or the seeds where warm does worst would vanish from the median). Warm "reached" cold's level on an operator when the
-median over the seeds of the head-to-head ratio is at least 0.95. Every two seeds' cold winners are
-also timed head to head: how often one cold run ends worse than another beyond noise is the rate
-"warm worse beyond noise" is read against. Writes JSON, every seed's run in it.
+never as left out, or the seeds where warm does worst would vanish from the median). Warm "reached"
+cold's level on an operator when the median over the seeds of the head-to-head ratio is at least
+0.95. Every two seeds' cold winners are also timed head to head: how often one cold run ends worse
+than another beyond noise is the rate "warm worse beyond noise" is read against. Writes JSON, every
+seed's run in it.
 
     python bench/cold_warm.py [--budget 16] [--seeds 4] [--out bench/results/cold_warm.json]
 

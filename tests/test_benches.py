@@ -156,9 +156,15 @@ def test_a_warm_run_that_never_reaches_colds_level_counts_as_budget_plus_one() -
     assert cold_warm.warm_over_cold(5, 10, budget=24) == 0.5
     assert cold_warm.warm_over_cold(5, None, budget=24) is None  # cold has no level to reach
     runs = [
-        {"cold": 30.0, "warm": 30.0, "cold_to_level": c, "warm_to_level": w, "cold_evaluations": 24}
-        | {"warm_evaluations": 24}
-        for c, w in ((10, 1), (10, 2), (10, None), (10, None), (10, None))
+        {
+            "cold": 30.0,
+            "warm": 30.0,
+            "cold_to_level": 10,
+            "warm_to_level": w,
+            "cold_evaluations": 24,
+            "warm_evaluations": 24,
+        }
+        for w in (1, 2, None, None, None)
     ]
     summary = shape_shift.summary("a -> b", runs)
     assert summary["warm_never_at_cold_level"] == 3
