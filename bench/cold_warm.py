@@ -55,6 +55,9 @@ from tabulate import tabulate
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from bench.shape_shift import over_cold  # noqa: E402
+
 SAMPLE_OPS = ROOT / "sample_ops"
 FILL = ["softmax", "layernorm", "gelu", "transpose"]
 EVAL = ["rmsnorm", "rowsum", "swiglu", "sgemm"]
@@ -232,7 +235,7 @@ def compare(
     cold: dict[str, Any], warm: dict[str, Any], repo: Path, seed: int, budget: int
 ) -> list[dict[str, Any]]:
     """Per operator, one seed's result: both runs' figures, warm's winner head to head with cold's
-    (warm/cold evaluations to cold's level: `warm_over_cold`)."""
+    (warm/cold evaluations to cold's level: `shape_shift.over_cold`)."""
     results = []
     for c, w, first in zip(cold["operators"], warm["operators"], cold["first"]):
         target = (c.get("best") or {}).get("params") or {}
@@ -253,7 +256,7 @@ def compare(
                 "warm_level": level(h2h),  # warm's winner's median ratio within 5% of cold's or better
                 "cold_evals_to_cold_level": cold_to,
                 "warm_evals_to_cold_level": warm_to,
-                "warm_over_cold": warm_over_cold(warm_to, cold_to, budget),
+                "warm_over_cold": over_cold(warm_to, cold_to, budget),
                 # beyond noise: the head-to-head interval's upper end below 1
                 "warm_worse": h2h.get("high", 1.0) < 1.0,
                 **{
@@ -267,13 +270,6 @@ def compare(
             }
         )
     return results
-
-
-def warm_over_cold(warm_to: int | None, cold_to: int | None, budget: int) -> float | None:
-    """Warm's evaluations to cold's level over cold's own; a warm run that never got there counts as
-    `budget` + 1 (a lower bound: it might have got there later), so no seed drops out of the median.
-    None only when cold has no level to reach (it never kept a point)."""
-    return (warm_to or budget + 1) / cold_to if cold_to else None
 
 
 def cold_against_cold(repo: Path, results: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:

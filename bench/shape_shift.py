@@ -47,6 +47,14 @@ def load(name: str, folder: Path = TABLES) -> Table:
     return Table.from_json(json.loads(path.read_text()))
 
 
+def over_cold(to: int | None, cold_to: int | None, budget: int = BUDGET) -> float | None:
+    """Evaluations to cold's final level over cold's own. A search that never got there counts as
+    `budget` + 1 (a lower bound: it might have got there later), never as left out, or the seeds where
+    it did worst would vanish from a median; 0 (a held point already there) stays 0. None only when
+    cold has no level to reach (it never kept a point)."""
+    return (budget + 1 if to is None else to) / cold_to if cold_to else None
+
+
 def final(history: list[Judged]) -> float:
     """The speedup of the point a search ends on (its last gain; 1: the committed kernel)."""
     kept = [j.speedup or 1.0 for j in history if j.outcome == Outcome.BETTER]
@@ -105,9 +113,7 @@ def replay(fill: Table, target: Table, seeds: int, work: Path) -> list[dict[str,
 def summary(direction: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
     colds = [r["cold"] for r in rows]
     pairs = [(a, b) for i, a in enumerate(colds) for j, b in enumerate(colds) if i != j]
-    shares = [  # a warm run never at cold's level counts as BUDGET + 1 evaluations, never as left out
-        (r["warm_to_level"] or BUDGET + 1) / r["cold_to_level"] for r in rows if r["cold_to_level"]
-    ]
+    shares = [s for r in rows if (s := over_cold(r["warm_to_level"], r["cold_to_level"])) is not None]
     return {
         "direction": direction,
         "seeds": len(rows),

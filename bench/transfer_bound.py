@@ -44,7 +44,7 @@ from tabulate import tabulate
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.shape_shift import BUDGET, PACE, WORSE, final, first_at, load, tuned  # noqa: E402
+from bench.shape_shift import BUDGET, PACE, WORSE, final, first_at, load, over_cold, tuned  # noqa: E402
 from pytest_kope.agents.base import OperatorInfo  # noqa: E402
 from pytest_kope.agents.search import Memory, Table  # noqa: E402
 from pytest_kope.memory import Graph  # noqa: E402
@@ -125,15 +125,17 @@ def searched(target: Table, fills: list[Table], hold: list[str], seed: int, work
 def summary(rows: list[dict[str, Any]], name: str) -> dict[str, Any]:
     """One search over the seeds (medians); never at cold's level counts as budget + 1 (a seed whose
     cold search never gained has no level to reach: left out of the ratio)."""
-    to = [r[name]["to_cold_level"] or BUDGET + 1 for r in rows]
-    cold_to = [r["cold"]["to_cold_level"] for r in rows]
+    to = [BUDGET + 1 if (t := r[name]["to_cold_level"]) is None else t for r in rows]
+    shares = [
+        s for r in rows if (s := over_cold(r[name]["to_cold_level"], r["cold"]["to_cold_level"])) is not None
+    ]
     q = statistics.quantiles(to, n=4) if len(to) > 1 else [to[0]] * 3
     return {
         "search": name,
         "to_cold_level": statistics.median(to),
         "to_cold_level_iqr": [q[0], q[2]],
         "never": sum(r[name]["to_cold_level"] is None for r in rows),
-        "over_cold": statistics.median([t / c for t, c in zip(to, cold_to) if c] or [math.nan]),
+        "over_cold": statistics.median(shares or [math.nan]),
         "final": statistics.median(r[name]["final"] for r in rows),
         "worse": sum(r[name]["final"] * WORSE < r["cold"]["final"] for r in rows),
         "evaluations": statistics.median(r[name]["evaluations"] for r in rows),

@@ -152,9 +152,10 @@ def test_reaching_colds_level_is_decided_by_the_median_ratio() -> None:
 
 def test_a_warm_run_that_never_reaches_colds_level_counts_as_budget_plus_one() -> None:
     """The seeds where warm does worst stay in the median: left out, they made 1.10 read 0.17."""
-    assert cold_warm.warm_over_cold(None, 10, budget=24) == 2.5
-    assert cold_warm.warm_over_cold(5, 10, budget=24) == 0.5
-    assert cold_warm.warm_over_cold(5, None, budget=24) is None  # cold has no level to reach
+    assert shape_shift.over_cold(None, 10, budget=24) == 2.5
+    assert shape_shift.over_cold(5, 10, budget=24) == 0.5
+    assert shape_shift.over_cold(0, 10, budget=24) == 0.0  # a held point already at cold's level
+    assert shape_shift.over_cold(5, None, budget=24) is None  # cold has no level to reach
     runs = [
         {
             "cold": 30.0,
