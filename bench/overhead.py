@@ -48,7 +48,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench import false_wins  # noqa: E402
 from pytest_kope.candidate import Candidate  # noqa: E402
-from pytest_kope.judge.controller import sandbox  # noqa: E402
+from pytest_kope.judge.controller import isolation  # noqa: E402
 from pytest_kope.judge.controller.runner import Judge, Plan  # noqa: E402
 from pytest_kope.judge.outcome import Judged  # noqa: E402
 from pytest_kope.memory import distill  # noqa: E402
@@ -252,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     graph = Graph(work / "experience.db")
     tc = CToolchain()
     ceilings = ceilings_for(graph, tc.fingerprint(), work / "builds").to_json()
-    print("isolation:", "; ".join(sandbox.isolation_summary()))
+    print("isolation:", "; ".join(isolation.isolation_summary()))
     modes = [m for m in MODES if not args.modes or m in args.modes.split(",")]
     results: dict[str, list[dict[str, Any]]] = {mode: [] for mode in modes}
     chosen = plans(args.repo, [n for n in args.ops.split(",") if n])

@@ -67,3 +67,21 @@ class Interrupted(KeyboardInterrupt):
 
 class GuardViolation(AssertionError):
     """A kernel call broke the oracle's rules (unwritten output, mutated input, FP state left changed)."""
+
+
+class KernelError(KopeError):
+    """A kernel call failed in its kernel server: the kernel's own error, or what the server found it
+    left changed (`kind` names it, e.g. GuardViolation); the text is the server's, data only."""
+
+    def __init__(self, message: str, kind: str = ""):
+        self.kind = kind
+        super().__init__(message)
+
+
+class KernelDied(KopeError):
+    """The kernel server died in a call (a crash, a forbidden system call, out of memory): the kernel's
+    fault, reported as a crash."""
+
+
+class KernelTimeout(KopeError):
+    """A kernel call did not return within the judgement's time: the server was killed."""

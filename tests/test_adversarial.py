@@ -315,7 +315,10 @@ def test_structure_keyed_cache_is_caught(main):
 
 
 def test_stale_output_on_rotation_is_caught(main):
-    _assert_failed(main, "stale_rotation", NOT_CORRECT | {"suspect"}, r"timed outputs differ|beyond")
+    # a forwarded call stages its arrays at one place a call: the second large call finds its x "seen"
+    _assert_failed(
+        main, "stale_rotation", NOT_CORRECT | {"suspect"}, r"timed outputs differ|beyond|unwritten"
+    )
 
 
 # -- the committed kernel as a reference ---------------------------------------------------------------
@@ -387,7 +390,10 @@ def test_forged_results_refused(main):
 
 def test_forged_results_not_believed(deep):
     """With the library check off the forger runs: its fake 'passed' lines must not make it correct."""
-    _assert_failed(deep, "forge_results", NOT_CORRECT, r"forged|without finishing")
+    # it runs in a kernel server: its lines reach only its own channel, which the host does not believe
+    _assert_failed(
+        deep, "forge_results", NOT_CORRECT, r"forged|without finishing|wrote on its channel|exited"
+    )
 
 
 # -- crashes and limits ------------------------------------------------------------------------------
@@ -401,9 +407,11 @@ def test_infinite_loop(main):
     _assert_failed(main, "infinite_loop", {"timeout"}, r"wall-clock limit")
 
 
-def test_huge_malloc_hits_rlimit_as(main):
-    # SIGILL: malloc returned NULL under RLIMIT_AS and the kernel trapped; 'unwritten' would mean it got 64 GiB
-    _assert_failed(main, "huge_malloc", {"crashed"}, r"SIGILL")
+def test_huge_malloc_is_the_kernels_own_problem(main):
+    # No address-space rlimit (a kernel could tell the judge by it): 64 GiB is refused as it would be
+    # for the user (overcommit: more than RAM and swap) and the kernel traps (SIGILL), or, on a machine
+    # that grants it, it writes nothing ('unwritten'); either way it is the kernel's fault
+    _assert_failed(main, "huge_malloc", {"crashed", "incorrect"}, r"SIGILL|unwritten")
 
 
 def test_fork_bomb_by_name_is_screened(main):
@@ -421,10 +429,9 @@ def test_fork_bomb_raw_syscall_refused_by_library_check(main):
 
 @needs_cgroup
 def test_fork_bomb_raw_syscall_contained(deep):
-    _assert_failed(deep, "forkbomb_raw", {"incorrect"}, r"unwritten")
-    made = [int(m) for m in re.findall(r"kope-forkbomb: made (\d+)", deep.log("forkbomb_raw"))]
-    assert made, f"the fork bomb did not report: {deep.log('forkbomb_raw')[-2000:]}"
-    assert max(made) < 1000, f"the pids limit did not hold: {made}"
+    # a kernel server may start no process: the first fork ends it (seccomp), the candidate's fault
+    _assert_failed(deep, "forkbomb_raw", {"crashed"}, r"SIGSYS.*forbids")
+    assert "kope-forkbomb: made" not in deep.log("forkbomb_raw")
 
 
 # -- secrets and the filesystem ----------------------------------------------------------------------
@@ -445,7 +452,7 @@ def test_environ_raw_read_refused_by_library_check(main):
 
 def test_environ_raw_read_sees_no_key(deep):
     """It runs, reads /proc/self/environ and its parent's: it crashes, and the key is nowhere (above)."""
-    _assert_failed(deep, "env_proc_raw", {"crashed"}, r"SIGSEGV")
+    _assert_failed(deep, "env_proc_raw", {"crashed"}, r"SIGSEGV|wrote on its channel")
     if JAIL is None:
         pytest.skip(f"its parent's environ is hidden only by the PID namespace: {JAIL_WHY}")
     assert "PATH=" in deep.log("env_proc_raw")  # it did read an environment: the scrubbed one

@@ -64,15 +64,14 @@ def test_timed_outputs_are_held_to_the_tests_precision(cheats: ReplayRun) -> Non
     assert 1e-4 <= bar["rtol"] < 2e-4 and "assert_close" in bar["from"], bar
 
 
-def test_a_winner_failing_plain_pytest_is_not_committed(cheats: ReplayRun) -> None:
-    """The stack-environment rowsum passes every judging child (they all start with the variable it
-    keys on), is verified, and fails plain `pytest` on the file to be committed: no branch."""
+def test_a_kernel_keyed_on_a_judge_only_variable_finds_the_users_environment(cheats: ReplayRun) -> None:
+    """The stack-environment rowsum keys on a variable judging children start with and a user's
+    plain `pytest` does not. Its kernel server gets the user's own environment, not its host's, so
+    it is wrong in the first judging child already, and reaches no branch."""
     verdict = cheats.verdict("rowsum", "judge_stack_env")
-    assert "plain pytest on the file to be committed" in " ".join(verdict["failures"]), verdict
+    assert verdict["outcome"] == "incorrect", verdict
+    assert "test_rowsum_matches_reference" in " ".join(verdict["failures"]), verdict
     assert cheats.committed_source("rowsum") is None
-    entry = cheats.ops["rowsum"]
-    assert not entry["verified"] and entry["plain_pytest"]["failed"], entry
-    assert "not committed" in entry["note"], entry["note"]
 
 
 def test_no_cheat_reaches_a_branch(cheats: ReplayRun) -> None:

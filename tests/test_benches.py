@@ -367,6 +367,14 @@ def test_ray_overhead_smoke(tmp_path: Path) -> None:
     assert json.loads(out.read_text())["per_judgement"]
 
 
+def test_forwarding_smoke(tmp_path: Path) -> None:
+    out = tmp_path / "forwarding.json"
+    proc = bench("bench/forwarding.py", "--ops", "rowsum", "--calls", "5", "--json", str(out))
+    assert "forwarded us" in proc.stdout
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["operator"] for r in rows] == ["rowsum", "rowsum"] and all(r["forwarded us"] > 0 for r in rows)
+
+
 def cuda_device() -> str | None:
     """Why the GPU check cannot run here, or None when it can."""
     if shutil.which("nvidia-smi") is None:

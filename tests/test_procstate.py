@@ -1,9 +1,10 @@
-"""Process-wide state left between timed blocks (issue 35, item 4).
+"""Process-wide state a kernel's timed calls leave changed (issue 35, item 4; issue 49).
 
-Candidate and reference share one timing process. A kernel that changes a process-wide setting in
-its unguarded timed calls (thread counts, flush-to-zero in its pool, torch's settings) and sets it
-back before the timing ends would slow the other kernel's blocks or speed its own unseen by a check
-at the end only. The state is checked after every block: real timing, real libraries.
+A judged kernel runs in a kernel server of its own, so a setting it changes in its unguarded timed
+calls (thread counts, flush-to-zero in its pool, torch's settings) can reach no other kernel; what it
+leaves changed would reach the user's program, so each kernel's process is checked once its timing
+ends, and a change ends the timing naming it. Here both kernels run in this process (as a plain run's
+timing does): real timing, real libraries.
 """
 
 from __future__ import annotations

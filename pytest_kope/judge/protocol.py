@@ -22,6 +22,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from .controller import files
+
 EVENTS = frozenset(
     {
         "collected",
@@ -67,7 +69,7 @@ def read_events(path: Path, key: bytes) -> tuple[list[dict[str, Any]], int]:
     if not path.exists():
         return [], 0
     out, forged = [], 0
-    lines = path.read_text(errors="replace").splitlines()
+    lines = files.read_text(path).splitlines()  # a link there is not followed
     for i, line in enumerate(lines):
         payload = verify(key, line)
         if payload is None:

@@ -22,7 +22,7 @@ from ..agents import explore_rate
 from ..agents.base import declared
 from ..errors import ConfigError, Interrupted, KopeError
 from ..hardware import label
-from ..judge.controller import sandbox
+from ..judge.controller import isolation
 from ..memory.opening import GraphGuard
 from ..operator import operator_of, same_operator
 from ..paths import ensure_kope_dir, kope_home
@@ -77,7 +77,7 @@ class KopeSession:
             self.agent = declared(made, name)
             # Candidates that are new code (any agent but the tuner, which only rebuilds the committed
             # source) run only in the jail unless the user says otherwise.
-            sandbox.require_jail(self.agent.name, not self.agent.needs_jail or self.settings.allow_unjailed)
+            isolation.require_jail(self.agent.name, not self.agent.needs_jail or self.settings.allow_unjailed)
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(
@@ -261,7 +261,7 @@ class KopeSession:
                     f"file goes to {run.run_dir}/<operator>/"
                 )
         self._toolchains()
-        for line in sandbox.isolation_summary():
+        for line in isolation.isolation_summary():
             self.say(f"kope: isolation: {line}")
         hw: dict[str, Any] = {}
         for op_run in self.operators.values():
@@ -383,7 +383,7 @@ class KopeSession:
             "time_budget_minutes": run.clock.minutes,
             "seconds": round(run.clock.now() - run.clock.start, 1),
             "availability": self.availability,
-            "isolation": sandbox.isolation_summary(),
+            "isolation": isolation.isolation_summary(),
             "usage": usage,
             "executor": s.executor,
             "concurrency": s.concurrency,

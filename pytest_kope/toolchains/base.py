@@ -50,6 +50,22 @@ class Kernel:
 
 
 @dataclass(frozen=True)
+class Served:
+    """How a kernel server loads one built candidate (`judge/kernel`): the load request it is sent,
+    each function's arguments (from the committed interface the host holds, never from the server),
+    what its jail may read and write besides the interpreter, the modules it imports, the host-side
+    check of each function's arguments, and the build's log."""
+
+    load: dict[str, Any]
+    args: Mapping[str, tuple[Arg, ...]]
+    readable: tuple[Path, ...] = ()
+    writable: tuple[Path, ...] = ()
+    modules: tuple[str, ...] = ()
+    checks: Mapping[str, Callable[[tuple[Any, ...]], None]] = field(default_factory=dict)
+    build_log: str = ""
+
+
+@dataclass(frozen=True)
 class Availability:
     """Whether a toolchain can build and run here, and why."""
 
@@ -106,6 +122,9 @@ class Toolchain(Protocol):
     def bake(self, text: str, params: Mapping[str, Scalar]) -> str:
         """The source with a winner's tuning values written in as its defaults (the committed file)."""
 
+    def served(self, candidate: Candidate, spec: KernelSpec, build_dir: Path, operator: Any) -> Served:
+        """Build (or find built) what a kernel server loads, loading nothing here."""
+
 
 def judging_env(toolchain: Toolchain) -> dict[str, str]:
     """What every judging child of `toolchain` gets from the controller: the variables it passes
@@ -122,6 +141,7 @@ class ToolchainBase:
     jit_cache_env: str | None = None
     passes_env: tuple[str, ...] = ()
     timed_on_host: bool = False
+    server_imports: tuple[str, ...] = ()  # modules a kernel server imports before its filter (torch)
 
     def timer(self) -> Timer:
         return Timer()
@@ -139,3 +159,30 @@ class ToolchainBase:
 
     def bake(self, text: str, params: Mapping[str, Scalar]) -> str:
         return bake_defaults(text, params)
+
+    def served(self, candidate: Candidate, spec: KernelSpec, build_dir: Path, operator: Any) -> Served:
+        """By default the server makes this toolchain itself (its class, no arguments, imported from
+        its module's file when no package holds it: a repo's conftest) and builds the candidate there,
+        in its jail and under its filter: nothing is built or loaded here. The arguments' roles are
+        left to the host, which reads them from the committed interface (`toolchains/interface.py`)."""
+        import inspect
+
+        cls = type(self)
+        module_file = Path(inspect.getsourcefile(cls) or "")
+        return Served(
+            {
+                "kind": "toolchain",
+                "factory": f"{cls.__module__}:{cls.__qualname__}",
+                "candidate": candidate.to_json(),
+                # the committed interface, as the host read it (the server sees no repo)
+                "kernels": list(spec.kernels),
+                "inplace": sorted(spec.inplace),
+                "build_dir": "/tmp/kope-build",
+                "environment": dict(self.environment()),
+                "imports": list(self.server_imports),
+                "factory_file": str(module_file),
+            },
+            {},
+            readable=(module_file.parent,) if module_file.name else (),
+            modules=self.server_imports,
+        )

@@ -21,7 +21,20 @@ from ..candidate import Candidate
 from ..errors import BuildError, ConfigError, SpecError
 from ..hardware import cpu_fingerprint
 from ..spec import FLAGS, KernelSpec, Scalar, bake_defaults
-from .base import IN, INOUT, OUT, SCALAR, Arg, Availability, Kernel, KernelFunction, Timer, ToolchainBase
+from . import tools
+from .base import (
+    IN,
+    INOUT,
+    OUT,
+    SCALAR,
+    Arg,
+    Availability,
+    Kernel,
+    KernelFunction,
+    Served,
+    Timer,
+    ToolchainBase,
+)
 from .cdefines import write_defines
 from .ownbuild import keep_screened, own_build, own_build_key
 from .screening import (  # noqa: F401 - FORBIDDEN_CALLS and strip_c_comments are re-exported
@@ -140,6 +153,32 @@ class CToolchain(ToolchainBase):
         lib_path, log = self.compile(candidate, spec, build_dir)
         return self._load(candidate, spec, lib_path, log)
 
+    def kernel_args(self, spec: KernelSpec, where: str) -> dict[str, tuple[Arg, ...]]:
+        """Each prototype's arguments by function, `inplace` ones in-out (the committed interface)."""
+        if not spec.kernels:
+            raise SpecError(
+                f"{where} declares no kernels; add a line like "
+                "`// kope: kernel void f(const float *x, float *y, int n)`"
+            )
+        found = {}
+        for proto in spec.kernels:
+            name, args, _ = parse_prototype(proto)
+            found[name] = tuple(
+                Arg(a.name, INOUT) if a.name in spec.inplace and a.role == OUT else a for a in args
+            )
+        return found
+
+    def served(self, candidate: Candidate, spec: KernelSpec, build_dir: Path, operator: Any) -> Served:
+        """The library, built (or found in the build cache) here, loaded by the server with cffi."""
+        lib, log = self.compile(candidate, spec, build_dir)
+        args = self.kernel_args(spec, candidate.filename)
+        checks = {}
+        for proto in spec.kernels:
+            name, _, dtypes = parse_prototype(proto)
+            checks[name] = _argument_check(name, args[name], dtypes)
+        load = {"kind": "cffi", "library": str(lib), "prototypes": list(spec.kernels), "names": list(args)}
+        return Served(load, args, readable=(lib.parent,), checks=checks, build_log=log)
+
     # The judge's build cache: a build step compiles (never loads) into its own dir, and the
     # controller moves `build_key`'s entry into the run's cache once the step's process is gone.
     def compile(self, candidate: Candidate, spec: KernelSpec, build_dir: Path) -> tuple[Path, str]:
@@ -227,7 +266,9 @@ class CToolchain(ToolchainBase):
         src.write_text(candidate.source)
         cmd = self.command(candidate, src, tmp / "kernel.so", spec)
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp)
+            readable: list[Path | str] = [*(spec.include_dirs if spec else ())]
+            readable += [Path(c).parent for c in (spec.companions if spec else ())]
+            proc = tools.run(cmd, tmp, 300, readable=readable)
         except subprocess.TimeoutExpired:
             raise BuildError(candidate.filename, "compiler timed out after 300 s") from None
         log = (proc.stdout + proc.stderr).replace(str(tmp) + "/", "")
@@ -279,18 +320,35 @@ def _numpy_caller(
     ffi: Any, fn: Any, name: str, args: tuple[Arg, ...], dtypes: list[str]
 ) -> Callable[..., Any]:
     """Wrap a cffi function so it takes numpy arrays for pointers, checking dtype and contiguity."""
+    check = _argument_check(name, args, dtypes)
+    pointers = [a.role != SCALAR for a in args]
+
+    def call(*values: Any) -> Any:
+        check(values)
+        return fn(
+            *(
+                ffi.cast("void *", v.ctypes.data) if pointer else (v.item() if hasattr(v, "item") else v)
+                for pointer, v in zip(pointers, values)
+            )
+        )
+
+    call.__name__ = name
+    return call
+
+
+def _argument_check(name: str, args: tuple[Arg, ...], dtypes: list[str]) -> Callable[[tuple[Any, ...]], None]:
+    """What a kernel of this prototype takes: as many arguments, C-contiguous numpy arrays of the
+    declared dtypes for its pointers (in a test host, checked before a call is forwarded)."""
     import numpy as np
 
     pointer_dtypes = iter(dtypes)
     plan = [(a, next(pointer_dtypes) if a.role != SCALAR else None) for a in args]
 
-    def call(*values: Any) -> Any:
+    def check(values: tuple[Any, ...]) -> None:
         if len(values) != len(plan):
             raise TypeError(f"{name}() takes {len(plan)} arguments ({len(values)} given)")
-        converted = []
         for (arg, dtype), value in zip(plan, values):
             if dtype is None:
-                converted.append(value.item() if hasattr(value, "item") else value)
                 continue
             if not isinstance(value, np.ndarray):
                 raise TypeError(
@@ -302,11 +360,8 @@ def _numpy_caller(
                 raise TypeError(
                     f"{name}(): argument {arg.name} must be C-contiguous (use np.ascontiguousarray)"
                 )
-            converted.append(ffi.cast("void *", value.ctypes.data))
-        return fn(*converted)
 
-    call.__name__ = name
-    return call
+    return check
 
 
 HEADER_SUFFIXES = (".h", ".hh", ".hpp", ".hxx", ".inc", ".inl", ".cuh")

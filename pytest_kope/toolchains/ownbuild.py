@@ -20,6 +20,7 @@ from pathlib import Path
 from ..candidate import Candidate
 from ..errors import BuildError, LibraryRejected
 from ..spec import FLAGS, KernelSpec
+from . import tools
 
 
 def own_build(
@@ -45,9 +46,7 @@ def own_build(
     env = {**os.environ, "CFLAGS": cflags, "CXXFLAGS": cflags, "KOPE_CFLAGS": cflags}
     run = with_cflags(command, cflags)
     try:
-        proc = subprocess.run(
-            ["sh", "-c", run], cwd=tree, env=env, capture_output=True, text=True, timeout=600
-        )
+        proc = tools.run(["sh", "-c", run], tree, 600, env=env)
     except subprocess.TimeoutExpired:
         shutil.rmtree(tmp, ignore_errors=True)
         raise BuildError(

@@ -33,6 +33,7 @@ from __future__ import annotations
 import ast
 import importlib.util
 import itertools
+import os
 import re
 import sys
 from collections.abc import Mapping
@@ -153,12 +154,18 @@ def bake(text: str, point: Mapping[str, Scalar], filename: str = "<source>") -> 
     return apply_params(bake_defaults(text, point), {k: v for k, v in point.items() if k != FLAGS}, filename)
 
 
+SCREEN_ENV = "KOPE_PY_SCREEN"  # "0" switches the source screen off (tests of the boundary behind it)
+
+
 def screen(text: str, filename: str = "<source>") -> list[str]:
     """Reasons to refuse a Python kernel source before running it; empty when it looks clean.
 
-    A first filter, not a sandbox: the judge's child process is the containment. The rules live in
-    `screening` (one implementation for every toolchain and the claude agent).
+    A first filter, not a sandbox: the kernel server's jail and filter are the containment, and no
+    decision runs where the candidate does. The rules live in `screening` (one implementation for
+    every toolchain and the claude agent).
     """
+    if os.environ.get(SCREEN_ENV) == "0":
+        return []
     return screen_python_source(text, filename)
 
 

@@ -30,7 +30,7 @@ from ..errors import ToolchainMissing
 from ..hardware import cpu_fingerprint
 from ..spec import KernelSpec, Scalar
 from . import devices, pylaunch
-from .base import Availability, Kernel, KernelFunction, Timer, ToolchainBase
+from .base import Arg, Availability, Kernel, KernelFunction, Timer, ToolchainBase
 
 EXTRA_HINT = "pip install 'pytest-kope[triton]' (CPU-only machine: pip install torch==2.13.0 first)"
 INTERPRETER_WHY = "Triton on CPU runs in the interpreter; its time means nothing"
@@ -121,6 +121,10 @@ class TritonToolchain(ToolchainBase):
 
     def screen(self, candidate: Candidate) -> list[str]:
         return pylaunch.screen(candidate.source, candidate.filename)
+
+    def kernel_args(self, spec: KernelSpec, where: str) -> dict[str, tuple[Arg, ...]]:
+        """The declared launchers' arguments (`pylaunch`'s declaration)."""
+        return pylaunch.kernel_args(spec, where)
 
     # -- build and time --------------------------------------------------------------------------
     def _require(self) -> None:

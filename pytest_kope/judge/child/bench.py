@@ -87,36 +87,40 @@ class Bench:
         ref = self.session.reference
         roles = [a.role for a in fn.args]
         work = self._work(fn, args)  # before any call: a marker that cannot count fails at once
-        rotation = None
-        if ref is not None and self.outputs_unread:
-            # the arguments are the fork server's pages: poisoning them faulted in copies nothing read
-            rotation = Rotation(args, roles)
-            # the test's own inputs, exactly; outputs poisoned unless the call's own guard does it
-            poisons = any(isinstance(g, PoisonOutputs) for g in function.active_guards)
-            rotation.prepare(rotation.exact(), [0], poison=not poisons)
-            function(*rotation.sets[0])  # one guarded call first: never time a broken kernel
-        else:
-            function(*args)  # one guarded call first: a performance test must not time a broken kernel
-        state = procstate.Snapshot.take()  # timed calls are unguarded: checked between blocks and after
         if ref is None:
+            function(*args)  # one guarded call first: a performance test must not time a broken kernel
+            state = procstate.Snapshot.take()  # timed calls are unguarded: checked after
             stats = timing.measure(fn.raw, args, clock, sync, roles=roles)
-            _unchanged(state, f"kernel {fn.name}()")
+            _unchanged(state.changes(), f"kernel {fn.name}()")
             self.session.plain.append(BenchRecord(self.nodeid, fn.name, stats, moved))
             return stats
+        pair = timing.KernelPair(ref.functions[fn.name].raw, fn.raw, self.session.rtol)
+        rotations = (
+            Rotation(args, roles, allocate=getattr(pair.reference, "allocate", None)),
+            Rotation(args, roles, allocate=getattr(pair.candidate, "allocate", None)),
+        )
+        if self.outputs_unread:  # the test's own inputs, exactly, on the candidate's first copy
+            poisons = any(isinstance(g, PoisonOutputs) for g in function.active_guards)
+            rotations[1].prepare(rotations[1].exact(), [0], poison=not poisons)
+            function(*rotations[1].sets[0])  # one guarded call first: never time a broken kernel
+        else:
+            function(*args)  # one guarded call first: a performance test must not time a broken kernel
+        states = (_State.of(pair.reference), _State.of(pair.candidate))  # timed calls: checked between
         gain = self.session.min_gain
-        with contention.Window() as load:  # how busy the machine was meanwhile
+        pids = tuple(p for k in (pair.reference, pair.candidate) for p in _server_pids(k))
+        with contention.Window(pids) as load:  # how busy the machine was meanwhile
             paired = timing.measure_paired(
-                timing.KernelPair(ref.functions[fn.name].raw, fn.raw, self.session.rtol),
+                pair,
                 timing.CallArgs(args, roles),
                 timing.Clock(clock, sync),
                 stop=timing.decided(gain) if gain is not None else None,
-                rotation=rotation,
+                rotations=rotations,
                 between=lambda candidate: _unchanged(
-                    state, f"kernel {fn.name}()" if candidate else f"the reference kernel's {fn.name}()"
+                    states[candidate].changes(),
+                    f"kernel {fn.name}()" if candidate else f"the reference kernel's {fn.name}()",
                 ),
             )
         self.session.kernel_s += paired.kernel_s
-        _unchanged(state, f"kernel {fn.name}() or the reference kernel it was timed with")
         ratio, cand_stats = paired.ratio, paired.candidate
         record = Timing(
             self.nodeid,
@@ -155,8 +159,32 @@ class Bench:
         return caps.check(call, record.candidate_s)
 
 
-def _unchanged(before: procstate.Snapshot, who: str) -> None:
+@dataclass
+class _State:
+    """What a kernel's timed calls must leave as it was: its kernel server's process-wide state
+    (the server compares with the state it loaded the kernel in), or this process's."""
+
+    kernel: Any
+    snapshot: procstate.Snapshot | None
+
+    @classmethod
+    def of(cls, kernel: Any) -> _State:
+        return cls(kernel, None if hasattr(kernel, "state") else procstate.Snapshot.take())
+
+    def changes(self) -> list[str]:
+        if self.snapshot is not None:
+            return self.snapshot.changes()
+        found: list[str] = self.kernel.state()
+        return found
+
+
+def _server_pids(kernel: Any) -> list[int]:
+    server = getattr(kernel, "server", None)
+    return list(server.pids) if server is not None else []
+
+
+def _unchanged(found: list[str], who: str) -> None:
     """Raise when timed calls left process-wide state changed (`procstate`; the FP state, in any
-    thread, is set back): a kernel could set it only when unguarded, slowing or speeding the other."""
-    if found := before.changes():
+    thread, is set back): a kernel could set it only when unguarded, slowing or speeding itself."""
+    if found:
         raise GuardViolation(f"{who}, in timed calls, " + "; ".join(found))

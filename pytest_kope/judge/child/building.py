@@ -17,6 +17,7 @@ from ...paths import kope_dir
 from ...spec import KernelSpec, parse_spec
 from ...toolchains import toolchain_of
 from ...toolchains.base import Kernel, Toolchain
+from ..kernel import hosting
 
 # candidate hash -> (outcome kind, message) of a failed build, for the judging child's typed events
 FAILED_BUILDS: dict[str, tuple[str, str]] = {}
@@ -77,7 +78,11 @@ def build_cached(config: pytest.Config, op: Operator, candidate: Candidate) -> K
         if not available.ok:
             pytest.skip(f"kope: toolchain {tc.name} unavailable: {available.reason}")
         interface = interface_of(op, candidate)
-        kernel = tc.build(candidate, interface, build_dir_for(config, tc, candidate, interface))
+        build_dir = build_dir_for(config, tc, candidate, interface)
+        if hosting.wanted():  # a judging process: the kernel is served by a process of its own
+            kernel = hosting.serve(tc, candidate, interface, build_dir, op)
+        else:
+            kernel = tc.build(candidate, interface, build_dir)
     except KopeError as e:  # a build error or a bad header: remembered, so every test of it fails alike
         kind, message = build_failure(op, candidate, e)
         FAILED_BUILDS[candidate.hash] = (kind, message)

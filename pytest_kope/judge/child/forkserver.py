@@ -37,7 +37,6 @@ import pytest
 from ...candidate import Candidate
 from ...errors import KopeError
 from ...settings import SEED
-from ..controller import sandbox
 from ..protocol import sign
 from ..request import JudgeRequest
 from . import perfinputs
@@ -141,7 +140,6 @@ class Server:
             os.environ.clear()
             os.environ.update(request["env"])
             tempfile.tempdir = None  # TMPDIR is this child's folder now
-            sandbox.apply_rlimits(sandbox.Limits(**request["limits"]))
             _own_output(session.config, work / "child.log")
             run = build if request["op"] == "build" else judge
             code = run(session, request)

@@ -20,6 +20,7 @@ Elsewhere than Linux on x86-64 (or without a compiler) the check is skipped.
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import platform
 import shutil
@@ -85,29 +86,57 @@ class _Helper:
     signal: int
 
 
+_GIVEN: list[str] = []  # a helper library compiled by another process (a kernel server's host)
+
+
+def use_helper(path: str) -> None:
+    """Load the helper from `path` (compiled by `helper_library` elsewhere) instead of compiling one:
+    a kernel server has no compiler in its jail."""
+    _GIVEN[:] = [path]
+    _helper.cache_clear()
+
+
 @functools.lru_cache(maxsize=1)
-def _helper() -> _Helper | None:
-    """The compiled helper, with the signal it uses."""
+def helper_library() -> Path | None:
+    """The helper compiled once for this machine and user (a stable path a jail can bind), or None."""
     if platform.system() != "Linux" or platform.machine() != "x86_64" or shutil.which("gcc") is None:
         return None
-    import cffi
-
-    where = Path(tempfile.mkdtemp(prefix="kope-fp-"))
+    digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:16]
+    folder = Path(tempfile.gettempdir()) / f"kope-fpstate-{os.getuid()}-{digest}"
+    lib = folder / "fp.so"
+    if lib.is_file() and not lib.is_symlink() and lib.stat().st_uid == os.getuid():
+        return lib
+    folder.mkdir(mode=0o755, exist_ok=True)
+    if folder.is_symlink() or folder.stat().st_uid != os.getuid():
+        return None  # another user's folder (or a planted link): never load what it holds
+    tmp = folder / f".fp-{os.getpid()}.so"
     try:
         subprocess.run(
-            ["gcc", "-shared", "-fPIC", "-O1", str(SOURCE), "-o", "fp.so"],
-            cwd=where,
+            ["gcc", "-shared", "-fPIC", "-O1", str(SOURCE), "-o", str(tmp)],
             check=True,
             capture_output=True,
             timeout=60,
         )
+        os.replace(tmp, lib)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return lib
+
+
+@functools.lru_cache(maxsize=1)
+def _helper() -> _Helper | None:
+    """The compiled helper, with the signal it uses."""
+    import cffi
+
+    lib_path = _GIVEN[0] if _GIVEN else helper_library()
+    if lib_path is None:
+        return None
+    try:
         ffi = cffi.FFI()
         ffi.cdef(_CDEF)
-        lib = ffi.dlopen(str(where / "fp.so"))  # stays mapped once the file is gone
-    except (OSError, subprocess.SubprocessError, cffi.CDefError):
+        lib = ffi.dlopen(str(lib_path))
+    except (OSError, cffi.CDefError):
         return None
-    finally:
-        shutil.rmtree(where, ignore_errors=True)
     # a real-time signal nothing else handles (Python and glibc leave the upper ones alone)
     sig = next((s for s in range(signal.SIGRTMAX, signal.SIGRTMIN, -1) if lib.kope_fp_install(s) == 0), 0)
     return _Helper(ffi, lib, sig)

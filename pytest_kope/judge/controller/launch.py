@@ -23,12 +23,14 @@ from pathlib import Path
 from typing import Any
 
 from ...candidate import Candidate
+from ...toolchains import tools
 from ...toolchains.devices import visible_devices_env
 from ..arrays import DEFAULT_RTOL
+from ..kernel import hosting
 from ..outcome import Judged, Outcome
 from ..protocol import read_events
 from ..request import JudgeRequest, Shrink
-from . import environments, sandbox
+from . import environments, files, sandbox
 from .buildcache import BuildCache
 from .servers import ForkServer, Pool, ServerDied
 from .verdict import interpret, phases
@@ -226,12 +228,18 @@ class Launcher:
         toolchain's settings, then the user's threading variables (theirs win, as in a plain run),
         then what `environment` changes (`environments.py`)."""
         plan = self.plan
+        users = {**plan.toolchain_env, **environments.settings(environment)}
         env = {
             **plan.toolchain_env,
+            hosting.USER_ENV: hosting.user_environment(users),  # what its kernel servers get
+            hosting.JAIL_ENV: "1" if sandbox.bubblewrap()[0] else "0",
             "KOPE_BUILD_DIR": str(work / "builds"),
             "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
             **(visible_devices_env(plan.device_env_var, device) if device is not None else {}),
             **environments.settings(environment),
+            hosting.ENV: "1",  # its kernels run in kernel servers, never in the child itself
+            hosting.CALL_TIMEOUT_ENV: str(plan.limits.wall_s),
+            tools.JAIL_ENV: "1" if sandbox.bubblewrap()[0] else "0",  # a build step's compiler, jailed
         }
         if cached and self.cache is not None:
             env.update(self.cache.env())
@@ -280,6 +288,7 @@ class Launcher:
                 plan.limits,
                 writable=[p for p in (record, jit) if p is not None],
                 pass_fds=(key_r,),
+                host=True,
             )
         finally:
             os.close(key_r)
@@ -328,8 +337,7 @@ class Launcher:
         keep = self.plan.keep / candidate.short
         keep.mkdir(parents=True, exist_ok=True)
         (keep / Path(candidate.filename).name).write_text(candidate.source)
-        if (work / "child.log").exists():
-            shutil.copy(work / "child.log", keep / name)
+        files.copy(work / "child.log", keep / name)  # a link there is not followed
 
     def close(self) -> None:
         if self.pool is not None:

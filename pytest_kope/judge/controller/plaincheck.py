@@ -3,8 +3,10 @@
 
 Everything before it judges the candidate through the plugin's machinery (parametrized fixtures,
 guards, the judge's children); what the reviewer and the user will run is plain `pytest` on the branch.
-So a winner is committed only when that run passes, in the user's environment, on a fresh seed, as
-untrusted code: in the sandbox (jail, rlimits, scrubbed environment) like every judging child.
+So a winner is committed only when that run passes, in the user's environment (their variables, their
+rlimits), on a fresh seed. The pytest process is a test host: the kernel is served by a jailed kernel
+server (`judge/kernel`), never loaded there, so the candidate cannot reach the test process or the
+report it writes.
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import environments, sandbox
+from ...toolchains import tools
+from ..kernel import hosting
+from . import environments, files, sandbox
 
 IGNORED = shutil.ignore_patterns(".git", ".kope", "__pycache__", ".pytest_cache")
 
@@ -77,10 +81,20 @@ def run(plan: Any, source: Path, text: str, top: Path | None = None, commit: str
         cmd = [sys.executable, "-m", "pytest", *(str(moved(f)) for f in plan.files), "-q"]
         cmd += ["--kope-seed", str(seed), "--junitxml", str(report), "--rootdir", str(root)]
         cmd += ["-c", str(moved(plan.inifile))] if plan.inifile else []
-        env = sandbox.scrubbed_environment(environments.settings(environments.USER), work)
-        finished = sandbox.wait(
-            sandbox.start(cmd, work, env, plan.limits, sandbox.Placement(cwd=root)), plan.limits.wall_s
+        users = environments.settings(environments.USER)
+        env = sandbox.scrubbed_environment(
+            {
+                **users,
+                hosting.USER_ENV: hosting.user_environment(users),
+                hosting.JAIL_ENV: "1" if sandbox.bubblewrap()[0] else "0",
+                hosting.ENV: "1",
+                hosting.CALL_TIMEOUT_ENV: str(plan.limits.wall_s),
+                tools.JAIL_ENV: "1" if sandbox.bubblewrap()[0] else "0",
+            },
+            work,
         )
+        place = sandbox.Placement(cwd=root, host=True)
+        finished = sandbox.wait(sandbox.start(cmd, work, env, plan.limits, place), plan.limits.wall_s)
         outcome = _read(report, finished)
         outcome.seconds, outcome.seed = finished.wall_s, seed
         return outcome
@@ -104,7 +118,7 @@ def _read(report: Path, finished: sandbox.Finished) -> PlainRun:
     if finished.timed_out:
         return PlainRun(0, [f"no result after {finished.wall_s:.0f} s (wall-clock limit)"])
     try:
-        cases = list(ET.parse(report).getroot().iter("testcase"))
+        cases = list(ET.fromstring(files.read_bytes(report)).iter("testcase"))
     except (OSError, ET.ParseError):
         return PlainRun(0, [f"pytest left no report (exit status {finished.returncode}): {tail[0][:300]}"])
     passed, failed = 0, []

@@ -19,7 +19,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...errors import ConfigError, Interrupted
+from ...errors import Interrupted
+from . import files
 
 SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE|SESSION", re.I)
 # where programs, libraries and the locale are on the machine a child runs on (each node has its own)
@@ -116,7 +117,10 @@ def bubblewrap() -> tuple[str | None, str]:
     )
     if probe.returncode != 0:
         return None, f"bubblewrap cannot create namespaces here ({probe.stderr.strip()[:120]}): no jail"
-    return path, "bubblewrap: no network, read-only filesystem outside the candidate's dir"
+    return path, (
+        "bubblewrap: a kernel server sees only the interpreter, its libraries and its kernel "
+        "(no home, no repo, no socket, private /tmp and /proc, every namespace its own)"
+    )
 
 
 @functools.lru_cache(maxsize=1)
@@ -154,35 +158,6 @@ def _sweep_stale_cgroups(root: Path) -> None:
             path.rmdir()  # fails while processes are still in it: left alone
         except OSError:
             pass
-
-
-def isolation_summary() -> list[str]:
-    """One line per layer of isolation available here, for the report."""
-    jail, why = bubblewrap()
-    lines = [why]
-    lines.append(
-        "pids cgroup: fork bombs contained"
-        if pids_cgroup_root()
-        else "no writable pids cgroup: RLIMIT_NPROC only (ignored for root), fork bombs are not contained"
-    )
-    return lines
-
-
-def require_jail(agent: str, allow_unjailed: bool) -> None:
-    """Refuse to start a run whose agent writes code (an LLM, a replayed folder, a plugin's agent)
-    when there is no jail, unless `allow_unjailed`; raises ConfigError with one line.
-
-    The caller allows the built-in tuner: it only rebuilds the committed source with other -D values
-    and flags, so it may run unjailed (the run's header says there is no jail).
-    """
-    jail, why = bubblewrap()
-    if jail or allow_unjailed:
-        return
-    why = "bubblewrap is not installed" if shutil.which("bwrap") is None else why
-    raise ConfigError(
-        f"--kope-agent {agent} writes untrusted code, which runs only in the bubblewrap jail, but here {why}: "
-        "install it (apt-get install bubblewrap) or pass --kope-allow-unjailed to run candidates without it"
-    )
 
 
 def jail_command(
@@ -249,6 +224,9 @@ class Placement:
     readonly_dev: bool = False
     log: Path | None = None
     die_with_parent: bool = True
+    # A test host: it loads no candidate code (its kernels are served by jailed kernel servers,
+    # `judge/kernel`), so it runs as the user's own pytest does: no jail, the user's rlimits.
+    host: bool = False
 
 
 def start(
@@ -257,7 +235,7 @@ def start(
     """Start `cmd` jailed with `work` (and `place.writable`) the only writable paths, in its own process
     group and pids cgroup, under `limits`."""
     check_stopping()
-    jail, _ = bubblewrap()
+    jail = None if place.host else bubblewrap()[0]
     cwd = place.cwd or work
     full = list(cmd)
     if jail:
@@ -269,7 +247,8 @@ def start(
         os.setsid()
         if cgroup is not None:
             (cgroup / "cgroup.procs").write_text(str(os.getpid()))
-        apply_rlimits(limits)
+        if not place.host:
+            apply_rlimits(limits)
 
     log = place.log or work / "child.log"
     with open(log, "wb") as sink:
@@ -299,7 +278,7 @@ def wait(started: Started, timeout: float | None) -> Finished:
         timed_out = True
     kill(started)
     check_stopping()  # killed by `stop_all`, or its verdict would come too late to be recorded
-    output = started.log.read_bytes()[-20000:].decode(errors="replace")
+    output = files.read_text(started.log, tail=20000)  # never through a link the child planted
     code = proc.returncode
     if started.jailed and 128 < code < 128 + 65:  # bwrap reports its child's death by signal N as 128+N
         code = -(code - 128)
@@ -344,9 +323,10 @@ def run(
     limits: Limits,
     writable: Sequence[Path] = (),
     pass_fds: Sequence[int] = (),
+    host: bool = False,
 ) -> Finished:
-    """Run `cmd` jailed in `work`; never raises for anything the child does."""
-    return wait(start(cmd, work, env, limits, Placement(writable, pass_fds)), limits.wall_s)
+    """Run `cmd` jailed in `work` (a test `host`: unjailed); never raises for anything the child does."""
+    return wait(start(cmd, work, env, limits, Placement(writable, pass_fds, host=host)), limits.wall_s)
 
 
 def _kill_all(pgid: int, cgroup: Path | None) -> None:

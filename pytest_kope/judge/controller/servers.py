@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import Interrupted
-from . import sandbox
+from . import files, sandbox
 
 
 class ServerDied(Exception):
@@ -58,7 +58,7 @@ class ForkServer:
         plan, began = self.plan, time.monotonic()
         req_r, self.requests = os.pipe()
         self.replies, rep_w = os.pipe()
-        jailed = bool(sandbox.bubblewrap()[0])
+        jailed = False  # a test host: it never loads a candidate (its kernels are served, `judge/kernel`)
         plugins = [a for name in ("pytest_kope.plugin", *plan.plugins) for a in ("-p", name)]
         cmd = [sys.executable, "-m", "pytest", *plugins, "-p", "pytest_kope.judge.child.forkserver"]
         cmd += ["--kope-serve", f"{req_r},{rep_w},{self.seeds},{int(jailed)}"]
@@ -76,9 +76,9 @@ class ForkServer:
                 sandbox.Placement(
                     pass_fds=(req_r, rep_w),
                     cwd=self.home,
-                    readonly_dev=True,
                     log=self.root / "server.log",
                     die_with_parent=False,  # started from worker threads; it ends when its pipe closes
+                    host=True,
                 ),
             )
         finally:
@@ -129,8 +129,7 @@ class ForkServer:
         # a judge request may first run a perf test's body in the server (perfinputs): as long again
         reply = self._read(limits.wall_s * (2 if op == "judge" else 1) + 30.0)
         sandbox.sweep(self.started.cgroup if self.started else None, self.own)
-        log = work / "child.log"
-        output = log.read_bytes()[-20000:].decode(errors="replace") if log.exists() else ""
+        output = files.read_text(work / "child.log", tail=20000)
         return sandbox.Finished(reply["returncode"], reply["timed_out"], reply["wall_s"], output), reply
 
     def _read(self, timeout: float) -> dict[str, Any]:

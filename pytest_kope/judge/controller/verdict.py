@@ -136,6 +136,8 @@ _FAILURE_KINDS = {
     "GuardViolation": Outcome.INCORRECT,
     "Failed": Outcome.INCORRECT,
     "MemoryError": Outcome.CRASHED,
+    "KernelDied": Outcome.CRASHED,  # its kernel server died in a call: a crash, a forbidden system call
+    "KernelTimeout": Outcome.TIMEOUT,
 }
 
 

@@ -28,7 +28,7 @@ class Load:
     own_s: float  # this process's CPU time, every thread
 
     @classmethod
-    def now(cls) -> Load | None:
+    def now(cls, pids: tuple[int, ...] = ()) -> Load | None:
         try:
             with open(PROC_STAT) as f:
                 fields = f.readline().split()
@@ -40,7 +40,8 @@ class Load:
         hz = float(os.sysconf("SC_CLK_TCK"))
         usage = resource.getrusage(resource.RUSAGE_SELF)
         idle = ticks[3] + ticks[4]
-        return cls((sum(ticks) - idle) / hz, sum(ticks) / hz, usage.ru_utime + usage.ru_stime)
+        served = sum(_cpu_ticks(pid) for pid in pids) / hz  # kernel servers: this timing's own work
+        return cls((sum(ticks) - idle) / hz, sum(ticks) / hz, usage.ru_utime + usage.ru_stime + served)
 
     def others_since(self, before: Load) -> float:
         """The share of the machine's CPU time between `before` and now that others used (0..1)."""
@@ -51,18 +52,30 @@ class Load:
         return min(1.0, max(0.0, others / total))
 
 
-class Window:
-    """Around a timed window: `with Window() as w: ...`, then `w.others` (None: unknown)."""
+def _cpu_ticks(pid: int) -> int:
+    """User and system ticks of process `pid`, every thread (0 once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0
+    return int(fields[11]) + int(fields[12])
 
-    def __init__(self) -> None:
+
+class Window:
+    """Around a timed window: `with Window() as w: ...`, then `w.others` (None: unknown). `pids`: the
+    kernel servers timed in it, whose CPU time is the timing's own, not others'."""
+
+    def __init__(self, pids: tuple[int, ...] = ()) -> None:
         self.others: float | None = None
         self._before: Load | None = None
+        self.pids = pids
 
     def __enter__(self) -> Window:
-        self._before = Load.now()
+        self._before = Load.now(self.pids)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        after = Load.now()
+        after = Load.now(self.pids)
         if self._before is not None and after is not None:
             self.others = after.others_since(self._before)

@@ -6,23 +6,20 @@ test's element times its own random factor (`freshinputs`: dtype, shape, range, 
 integer values kept; no copy a scaled, offset or permuted version of another). Both kernels of a
 round see the same inputs, new ones every round. Large buffers are prepared by `memops` (threaded).
 
-Nothing one kernel wrote is left where the other is given an address: before a kernel calibrates,
-the outputs the other kernel wrote there are poisoned (`wipe`); a round's first outputs are parked
-in host buffers no kernel is ever given (`park`), and the second kernel's are erased once
-compared (`outputcheck`).
+Each kernel of a paired timing has a rotation of its own (in its kernel server's arena, `allocate`),
+so nothing one kernel wrote is ever where the other is given an address.
 """
 
 from __future__ import annotations
 
 import math
 import secrets
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from .. import arrays
-from . import memops
 from .freshinputs import Domain, fresh
 
 IN, OUT, INOUT, SCALAR = "in", "out", "inout", "scalar"  # the roles of toolchains.base.Arg
@@ -40,11 +37,19 @@ class Rotation:
     """Copies of one call's arguments, enough to overflow the last-level cache, cycled call to call.
 
     Repeated calls on one buffer would time cache hits, not the kernel. Every copy is allocated the
-    same way, and candidate and reference share them, so neither gets luckier pages. At least two
-    copies always, so consecutive calls never see the same buffer.
+    same way (`allocate`: in a kernel server's arena, where the kernel runs; else here), and both
+    kernels' rotations alike, so neither gets luckier pages. At least two copies always, so
+    consecutive calls never see the same buffer.
     """
 
-    def __init__(self, args: Sequence[object], roles: Sequence[str] | None = None, max_copies: int = 8):
+    def __init__(
+        self,
+        args: Sequence[object],
+        roles: Sequence[str] | None = None,
+        max_copies: int = 8,
+        allocate: Callable[[Any], Any] | None = None,
+    ):
+        self.allocate = allocate
         self.roles = (
             list(roles) if roles is not None else [IN if arrays.is_array(a) else SCALAR for a in args]
         )
@@ -62,9 +67,11 @@ class Rotation:
         # pages are compacted on demand).
         blank = {*self.varied, *(i for i in self.outputs if self.roles[i] == OUT)}
         shared = {i for i, r in enumerate(self.roles) if r in (IN, SCALAR) and i not in blank}
+        if allocate is not None:  # a kernel server sees only its arena: no caller's array is shared
+            shared = {i for i in shared if self.roles[i] == SCALAR}
         self.sets = [
             tuple(
-                a if i in shared and k == 0 else _blank(a) if i in blank else _clone(a)
+                a if i in shared and k == 0 else self._blank(a) if i in blank else self._clone(a)
                 for i, a in enumerate(args)
             )
             for k in range(copies)
@@ -73,7 +80,6 @@ class Rotation:
         self.domains = {i: Domain.of(args[i]) for i in self.varied}
         self.prepared: set[int] = set()  # copies given fresh inputs and poisoned outputs at least once
         self.bytes_per_call = size
-        self._parked: dict[int, np.ndarray] = {}  # `park`'s buffers: never given to a kernel
 
     def seeds(self) -> list[int | None]:
         """A new seed for every copy, from the operating system: no copy ever holds inputs seen
@@ -108,22 +114,6 @@ class Rotation:
             if self.roles[i] == OUT:
                 arrays.poison(self.sets[k][i])
 
-    def erase(self, k: int) -> None:
-        """Leave no result in copy `k`: its OUT buffers poisoned, its in-place arguments given fresh
-        inputs of a new seed (its other inputs stay as they are)."""
-        self.poison_outputs(k)
-        in_place = [i for i in self.varied if i in self.outputs]
-        if in_place:
-            self.fresh_inputs(
-                self.sets[k], secrets.randbits(64), [i for i in self.varied if i not in in_place]
-            )
-
-    def wipe(self) -> None:
-        """Before a kernel calibrates on copies the other kernel wrote: erase every prepared copy
-        (what calibrating calls write is never read: the copies' other inputs may stay as they are)."""
-        for k in sorted(self.prepared):
-            self.erase(k)
-
     def keep(self, copies: int) -> None:
         """Cycle through the first `copies` copies only; the others were never written, so never
         faulted in. Every timed block re-prepares the copies it uses right before its calls, so a
@@ -146,39 +136,44 @@ class Rotation:
         while len(self.sets) < want:
             self.sets.append(
                 tuple(
-                    _blank(a) if i in self.varied or self.roles[i] == OUT else _clone(a)
+                    self._blank(a) if i in self.varied or self.roles[i] == OUT else self._clone(a)
                     for i, a in enumerate(first)
                 )
             )
         self.keep(want)
 
+    def capacity(self) -> int:
+        """The most copies `fit` would make: a block of more calls would write some copy twice."""
+        if not self.bytes_per_call:
+            return 1 << 20
+        return max(2, len(self.sets), MAX_COPY_BYTES // self.bytes_per_call)
+
     def used(self, start: int, n: int) -> list[int]:
         """The copies a block of `n` calls from call number `start` goes through."""
         return sorted({(start + i) % len(self.sets) for i in range(min(n, len(self.sets)))})
 
-    def park(self, k: int) -> dict[int, np.ndarray | None]:
-        """Copy `k`'s outputs aside, into host buffers of their own, made on first use and never
-        given to a kernel: the next kernel of the round cannot find them (an output off the host gets
-        a host copy). Copied, not swapped with another copy's buffers, which costs no copy: then the
-        first block of every round wrote one buffer and the second the other, and an A/A sgemm pair
-        came out 1.03-1.06 every time (six of six; 0.99-1.01 copied)."""
-        out: dict[int, np.ndarray | None] = {}
-        for i in self.outputs:
-            written = self.sets[k][i]
-            if not isinstance(written, np.ndarray):
-                out[i] = arrays.host_copy(written)
-                continue
-            kept = self._parked.get(i)
-            if kept is None:
-                kept = self._parked[i] = np.empty_like(written)
-            if not memops.copy_into(kept, written):
-                np.copyto(kept, written)
-            out[i] = kept
-        return out
-
     def outputs_of(self, k: int) -> dict[int, np.ndarray | None]:
         """Copy `k`'s outputs on the host: views where they are on the host, else host copies."""
         return {i: arrays.host(self.sets[k][i]) for i in self.outputs}
+
+    def _blank(self, a: Any) -> Any:
+        if self.allocate is not None and arrays.is_array(a):
+            return self.allocate(a)
+        return _blank(a)
+
+    def _clone(self, a: Any) -> Any:
+        if self.allocate is not None and arrays.is_array(a):
+            made = self.allocate(a)
+            _copy_into(made, a)
+            return made
+        return _clone(a)
+
+
+def _copy_into(target: Any, source: Any) -> None:
+    if isinstance(target, np.ndarray):
+        np.copyto(target, source)
+    else:  # a torch tensor, on its own device
+        target.copy_(source)
 
 
 def _floating(a: object) -> bool:
