@@ -15,6 +15,7 @@ package (PyPI; `assemble()` writes the GGUF). Without either it says so in one l
 JSON with the reason, and exits 0.
 
     python bench/local_model.py [--ops rowsum,softmax] [--minutes 10] [--context 8192] [--no-extra]
+        [--kope-arg=--kope-llm-output=2048 ...] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -142,16 +143,17 @@ def calls_of(run_dir: Path) -> list[dict[str, Any]]:
                 "reply_tokens": usage.get("output_tokens") if usage else None,
                 "seconds": rec.get("seconds"),
                 "became": " ".join(str(became).split())[:300],
+                "said": (got.get("text") or "")[:400],  # the reply's start (a cut reply's too)
                 "record": str(path.relative_to(run_dir)),
             }
         )
     return rows
 
 
-def main_run(repo: Path, url: str, model: str, minutes: float, tmp: Path) -> dict[str, Any]:
+def main_run(repo: Path, url: str, model: str, minutes: float, tmp: Path, more: list[str]) -> dict[str, Any]:
     log = tmp / "run.out"
     began = time.monotonic()
-    proc = optimize(repo, url, model, ["--kope-time-budget", f"{minutes:g}"], log)
+    proc = optimize(repo, url, model, ["--kope-time-budget", f"{minutes:g}", *more], log)
     code = proc.wait()
     seconds = time.monotonic() - began
     (run_dir,) = sorted((repo / ".kope" / "runs").iterdir())[-1:]
@@ -217,6 +219,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--minutes", type=float, default=10.0, help="--kope-time-budget of the main run")
     ap.add_argument("--context", type=int, default=8192, help="the server's context (-c)")
     ap.add_argument("--no-extra", action="store_true", help="only the main run: no Ctrl-C, no closed port")
+    ap.add_argument("--kope-arg", action="append", default=[], help="an option for the main run (repeat)")
+    ap.add_argument("--keep", type=Path, help="copy the runs' folders (records, reports) here")
     ap.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "local_model.json")
     args = ap.parse_args(argv)
     binary, model = find_server(args.server), find_model(args.model)
@@ -234,10 +238,14 @@ def main(argv: list[str] | None = None) -> int:
         server, url = start_server(binary, model, args.context, tmp / "server.log")
         try:
             repo = make_repo(tmp, args.ops.split(","))
-            out["main"] = main_run(repo, url, args.name, args.minutes, tmp)
+            out["main"] = main_run(repo, url, args.name, args.minutes, tmp, args.kope_arg)
             if not args.no_extra:
                 out["ctrl_c"] = ctrl_c_run(repo, url, args.name, tmp)
                 out["closed_port"] = closed_port_run(repo, args.name, tmp)
+            if args.keep:
+                shutil.copytree(repo / ".kope" / "runs", args.keep, dirs_exist_ok=True)
+                for log in tmp.glob("*.out"):
+                    shutil.copy(log, args.keep / log.name)
         finally:
             server.send_signal(signal.SIGTERM)
             server.wait(30)

@@ -22,14 +22,13 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from ...candidate import Candidate
 from ...judge.outcome import Judged
 from ...review.forge import redact
-from ..base import AgentBase, Context, PromptSink, Sink
+from ..base import AgentBase, Context, LineSink, PromptSink, Sink
 from . import prompt
 from .calls import Calls, Limits
 from .fit import Counter, Window
@@ -59,7 +58,7 @@ class LlmAgent(AgentBase):
         self.max_tokens = self.budget.max_tokens
         self.graph_sink = graph_sink
         self.prompt_sink: PromptSink | None = None  # the session writes each record to the run folder
-        self.line_sink: Callable[[str], object] | None = None  # the session prints a long call's progress
+        self.line_sink: LineSink | None = None  # the session prints a long call's progress
         self.limits = limits = limits or Limits()
         self.plain = False  # the server does no tool calls: the plain-text protocol
         self.tools_seen = False  # the model has made a tool call: never switched to plain text

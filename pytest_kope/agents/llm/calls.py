@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from ...settings import LlmSettings
 from ..base import Context, LineSink, Sink
 from . import prompt
 from .fit import MESSAGE_TOKENS, Counter, Window
@@ -37,13 +38,13 @@ class Limits:
     retry_delay: float = 1.0
     max_retry_delay: float = 30.0
     max_turns: int = 6
-    max_output_tokens: int = 8_192
+    max_output_tokens: int = LlmSettings.output  # fitted to what the prompt leaves (--kope-llm-output)
     min_output_tokens: int = 1_024
     recall_tokens: int = RECALL_TOKENS
     query_tokens: int = 1_000
     compile_timeout: float = 20.0
     cc: str | None = None
-    timeout: float = 300.0  # one request, whole (--kope-llm-timeout)
+    timeout: float = LlmSettings.timeout  # one request, whole (--kope-llm-timeout)
     least_call_s: float = 5.0  # a call is not started with less of the time budget left
 
 

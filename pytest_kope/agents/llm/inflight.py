@@ -109,7 +109,8 @@ class InFlight:
         deadline = time.monotonic() + seconds
         while not done.wait(max(0.0, min(TICK_S, deadline - time.monotonic()))):
             if time.monotonic() >= deadline:
-                self.end(why)
+                if self._done is done:  # still this call's, not one begun since it finished
+                    self.end(why)
                 return
             if self.on_tick is not None:
                 try:
