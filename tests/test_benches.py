@@ -358,7 +358,7 @@ def test_local_model_smoke(tmp_path: Path) -> None:
         assert proc.stdout.strip() == f"local_model: skipped: {data['skipped']}"
         return
     assert "main run: exit" in proc.stdout and "prompt_tokens" in proc.stdout, proc.stdout[-3000:]
-    assert data["main"]["calls"] and data["main"]["records"] >= 2 * len(data["main"]["calls"])
+    assert data["main"]["calls"] and data["main"]["records"] > len(data["main"]["calls"])  # and the prompts
 
 
 def test_peers_smoke(tmp_path: Path) -> None:

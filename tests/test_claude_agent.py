@@ -383,6 +383,21 @@ def test_time_out_is_retried(agent_for: MakeAgent, messages_server: MessagesServ
     assert agent.usage()["faults"] == [] and len(messages_server.requests) == 2
 
 
+def test_a_long_call_says_it_is_waiting(
+    agent_for: MakeAgent, messages_server: MessagesServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Messages API is not streamed here: a long call's progress line says how long it has waited."""
+    from pytest_kope.agents.llm import inflight
+
+    monkeypatch.setattr(inflight, "TICK_S", 0.2)
+    messages_server.push(slow(0.7, reply(submit())))
+    agent = agent_for()
+    lines: list[str] = []
+    agent.line_sink = lines.append
+    assert len(agent.propose(make_ctx(), 1)) == 1
+    assert any("model call 1 of round 1: waiting for the reply:" in line for line in lines), lines
+
+
 def test_garbage_json_ends_the_round_with_a_fault(
     agent_for: MakeAgent, messages_server: MessagesServer
 ) -> None:

@@ -303,7 +303,9 @@ class Calls:
         if a.line_sink is None:
             return
         took = flight.elapsed()
-        if flight.first is None:
+        if not a.provider.streams:
+            how = f"waiting for the reply: {took:.0f} s so far (of {flight.seconds:.0f} s allowed)"
+        elif flight.first is None:
             how = f"no token yet after {took:.0f} s (the server is reading a prompt of ~{self.prompt_tokens} tokens)"
         else:
             how = f"{flight.tokens} tokens received in {took:.0f} s (the first after {flight.first:.0f} s)"

@@ -25,6 +25,7 @@ class AnthropicProvider:
     """Anthropic's Messages API, with the system prompt and operator block cached."""
 
     name = "anthropic"
+    streams = False  # replies come token by token (progress, and a reply that loops is cut)
 
     def __init__(
         self,

@@ -40,6 +40,7 @@ class OpenAIProvider:
     """Any OpenAI-compatible chat-completions server, with or without tool calling."""
 
     name = "openai"
+    streams = True  # replies come token by token (progress, and a reply that loops is cut)
 
     def __init__(
         self,

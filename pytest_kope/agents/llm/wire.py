@@ -128,6 +128,7 @@ class Provider(Protocol):
     model: str
     secrets: list[str]  # texts scrubbed from everything the agent stores (the key)
     flight: InFlight
+    streams: bool  # replies come token by token: a long call's progress counts them
 
     def send(
         self, system: str, turns: list[Turn], max_out: int, tools: bool, seconds: float, why: str
