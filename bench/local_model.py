@@ -134,9 +134,8 @@ def calls_of(run_dir: Path) -> list[dict[str, Any]]:
                 "operator": rec["operator"],
                 "round": rec["round"],
                 "call": rec["call"],
-                "prompt_tokens": usage.get("input_tokens", 0) + usage.get("cache_read_input_tokens", 0)
-                if usage
-                else None,
+                # the server's count; a reply cut before its usage came (a loop, a time-out): ours, "~"
+                "prompt_tokens": _tokens(usage, got.get("usage_estimated")),
                 "estimated_prompt_tokens": asked.get("prompt_tokens"),
                 "max_tokens": asked.get("max_tokens"),
                 "first_token_s": got.get("first_token_s"),
@@ -148,6 +147,13 @@ def calls_of(run_dir: Path) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+def _tokens(usage: dict[str, Any], estimated: Any) -> str | None:
+    if not usage:
+        return None
+    n = usage.get("input_tokens", 0) + usage.get("cache_read_input_tokens", 0)
+    return f"~{n}" if estimated else str(n)
 
 
 def main_run(repo: Path, url: str, model: str, minutes: float, tmp: Path, more: list[str]) -> dict[str, Any]:
