@@ -1,12 +1,15 @@
-"""`kope context OP [--agent claude|openai:MODEL] [--repo DIR] [pytest args]`: see what the model sees.
+"""`kope context OP [--agent claude|openai:MODEL] [--context N] [--repo DIR] [pytest args]`: see what
+the model sees.
 
 Prints the prompt the LLM agent would open its first round for operator OP with, now: the system
 prompt, the static block (kernel, tests, contract, hardware) and the dynamic block with the experience
 recalled from the repo's graph, and for each recalled lesson or attempt why it was picked (score,
 similarity, value, relevance, operator and hardware match), the tokens it used out of the recall
-budget, and what was left out. It collects the operator as a run does (pytest, in this process), reads
-the graph, and needs no key: nothing is sent anywhere. The timings of the
-committed kernel appear in a run's prompt once the run has measured it; here they are absent.
+budget, and what was left out. The prompt is made by the run's own function (agents/llm/opening.py),
+fitted to the model's context with the run's token counter: the context is `--context`, else
+kope_llm_context, else (for `openai:MODEL` with a base URL set) what the server says of itself, as a
+run asks it; no prompt is sent anywhere, and no key is needed. The timings of the committed kernel
+appear in a run's prompt once the run has measured them; here they are absent.
 """
 
 from __future__ import annotations
@@ -17,14 +20,17 @@ import io
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from .agents.llm.agent import RECALL_TOKENS
+from .agents.llm.calls import RECALL_TOKENS
 from .memory import recall_from
 
-USAGE = "kope context OPERATOR [--agent claude|openai:MODEL] [--repo DIR] [pytest args]"
+if TYPE_CHECKING:
+    from .settings import Settings
+
+USAGE = "kope context OPERATOR [--agent claude|openai:MODEL] [--context N] [--repo DIR] [pytest args]"
 
 
 def main(argv: Sequence[str]) -> int:
@@ -34,8 +40,11 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--agent", default="claude", help="claude[:MODEL] or openai:MODEL (default claude)")
     parser.add_argument("--repo", type=Path, default=Path("."), help="the operator repo (default .)")
     parser.add_argument("--db", type=Path, help="experience graph (default REPO/.kope/experience.db)")
+    parser.add_argument(
+        "--context", type=int, help="the model's context in tokens (default: as a run finds it)"
+    )
     args, rest = parser.parse_known_args(list(argv))
-    found = Finder(args.operator, args.agent, args.db or args.repo / ".kope" / "experience.db")
+    found = Finder(args.operator, args.agent, args.db or args.repo / ".kope" / "experience.db", args.context)
     said = io.StringIO()
     with contextlib.redirect_stdout(said):
         code = pytest.main(
@@ -57,8 +66,8 @@ def main(argv: Sequence[str]) -> int:
 class Finder:
     """A pytest plugin: after collection, the prompt record of the named operator."""
 
-    def __init__(self, operator: str, agent: str, db: Path):
-        self.operator, self.agent, self.db = operator, agent, db
+    def __init__(self, operator: str, agent: str, db: Path, context: int | None = None):
+        self.operator, self.agent, self.db, self.context = operator, agent, db, context
         self.text: str | None = None
         self.error = ""
 
@@ -82,9 +91,11 @@ class Finder:
 
     def _prompt(self, config: pytest.Config, mine: list[tuple[pytest.Item, Any]]) -> str:
         from .agents.base import Context
-        from .agents.llm.agent import prompt_record
+        from .agents.llm.fit import Counter, Window
+        from .agents.llm.opening import Asked, fitted
         from .agents.llm.record import text
         from .judge.outcome import Judged, Outcome
+        from .settings import LlmSettings, Settings
         from .toolchains import toolchain_of
 
         op = mine[0][1]
@@ -93,12 +104,43 @@ class Finder:
         info = op.info({str(f): f.read_text() for f in files})
         hw = tc.fingerprint()
         base = Judged(op.baseline(), Outcome.OK, speedup=1.0)
-        budget = int(config.getoption("kope_budget") or config.getini("kope_budget") or 24)
-        ctx = Context(info, hw, base, base, [base], budget, recall=lambda **kw: None, seen=lambda h: False)
+        s, llm = Settings.from_config(config), LlmSettings.from_config(config)
+        ctx = Context(info, hw, base, base, [base], s.budget, recall=lambda **kw: None, seen=lambda h: False)
         kind, _, model = self.agent.partition(":")
-        made = prompt_record(ctx, 2, self._recall(ctx), RECALL_TOKENS, [], [], plain=False)
+        window, counter = Window(None, llm.output), Counter()
+        plain = self._server(config, kind, model, window, counter, ctx, llm)
+        asked = Asked(ctx, first_round(s), self._recall(ctx), plain=plain)
+        made = fitted(asked, counter, window, RECALL_TOKENS)
         head = {"operator": op.name, "round": 1, "agent": kind, "provider": PROVIDERS.get(kind, kind)}
-        return text({**head, "model": model or _default_model(kind), **made})
+        return text({**head, "model": model or _default_model(kind), "plain": plain, **made})
+
+    def _server(
+        self, config: pytest.Config, kind: str, model: str, window: Any, counter: Any, ctx: Any, llm: Any
+    ) -> bool:
+        """The context the run would fit to, as the run learns it (the setting, else the server's
+        own word, asked as a run asks); whether the run would start on the plain-text protocol."""
+        from .agents.llm import openai_endpoint, prompt
+        from .agents.llm.provider_openai import OpenAIProvider
+
+        given = self.context or llm.context
+        if given:
+            window.learn(given, "--context" if self.context else "kope_llm_context")
+            return False
+        key, url = openai_endpoint(
+            config.getini("kope_openai_key_env"), config.getini("kope_openai_base_url")
+        )
+        if kind != "openai" or not url:
+            return False
+        provider = OpenAIProvider(model or "?", key, url, timeout=30)
+        try:
+            sample = prompt.system(False) + prompt.static_block(ctx.operator, ctx.hardware)
+            found = provider.info(sample)
+        finally:
+            provider.close()
+        window.learn(found.context, found.said_by)
+        if found.sample_tokens:
+            counter.learn(len(sample), found.sample_tokens, "the server's tokenizer")
+        return found.tools is False
 
     def _recall(self, ctx: Any) -> Any:
         """What the agent's first recall finds (the session's recaller, without marking lessons used)."""
@@ -117,6 +159,12 @@ class Finder:
 
 
 PROVIDERS = {"claude": "anthropic", "openai": "openai"}
+
+
+def first_round(s: Settings) -> int:
+    """The candidates a run's first round asks for: a batch (session/run.py), within the budget and
+    the patience."""
+    return min(max(2, s.jobs * 2), s.budget, s.patience or s.budget)
 
 
 def _default_model(kind: str) -> str:

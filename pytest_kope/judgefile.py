@@ -4,9 +4,14 @@ How a user checks a hand-written kernel, and on a CPU the way to judge a Triton 
 correctness at all. It *is* an optimize run: `pytest --kope-optimize` on the operator alone, with the
 replay agent proposing FILE once (budget 1), nothing committed. So the screen, the build in the
 jail, the operator's tests in both environments, the differential check, the timing where the
-hardware allows and the verification of a winner are the run's own, and the attempt is remembered
-in the experience graph like any other. Prints the verdict and its reason; exit 0 when the candidate
-is correct (and, where it is timed, a verified winner), 1 when not, 2 when it could not be judged.
+hardware allows and the verification of a winner are the run's own.
+
+It judges that file and nothing else: the run keeps its own experience graph in a temporary folder,
+so it neither resumes from the best attempt the repo's graph knows (an earlier winner would be judged
+in the file's place) nor skips a file judged before, and the file never becomes a later search's
+starting point or winner. Prints the verdict with one set of figures (the verified winner's, as the
+run's table has them); exit 0 only when the file passed (and, where it is timed, is a verified
+winner), 1 when not, 2 when it could not be judged.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ def main(argv: Sequence[str]) -> int:
         report = Path(tmp) / "report.json"
         cmd = [sys.executable, "-m", "pytest", "--kope-optimize", f"--kope-agent=replay:{folder.parent}"]
         cmd += ["--kope-operator", op, "--kope-budget", "1", "--kope-no-commit", "--kope-report", str(report)]
+        cmd += ["--kope-db", str(Path(tmp) / "experience.db")]  # its own graph: see the docstring
         code = subprocess.call([*cmd, *rest])
         if not report.is_file():
             print(
@@ -67,13 +73,23 @@ def _say(op: str, source: Path, data: dict[str, Any]) -> int:
         print(f"kope judge: {op}: {source} was not judged: {why}", file=sys.stderr)
         return 2
     verdict, timed = judged[0], entry.baseline_s is not None
+    reason = verdict.get("reason", "")
     if timed:
-        good = verdict["outcome"] == "better" and entry.verified
-        also = "; verified in fresh processes" if good else ""
-        if verdict["outcome"] == "better" and not good:
-            also = f"; not verified: {entry.note if entry.note is not None else ''}"
+        good = verdict["outcome"] == "better" and entry.verified and entry.speedup is not None
+        if good:  # the verification's figures, the table's: the search's own ratio is not printed
+            reason = (
+                f"verified in fresh processes: {entry.speedup:.2f}x faster than the committed kernel"
+                f" ({_ms(entry.baseline_s)} -> {_ms(entry.best_s)})"
+            )
+        elif verdict["outcome"] == "better":
+            reason = f"faster in the search, not verified: {entry.note or ''}"
+        also = ""
     else:
         good = verdict["outcome"] in ("ok", "better")
         also = f"; not timed: {(entry.stopped or {}).get('detail', 'this machine cannot time it')}"
-    print(f"kope judge: {op} {source}: {verdict['outcome']}: {verdict.get('reason', '')}{also}")
+    print(f"kope judge: {op} {source}: {verdict['outcome']}: {reason}{also}")
     return 0 if good else 1
+
+
+def _ms(seconds: float | None) -> str:
+    return "?" if seconds is None else f"{seconds * 1e3:.4g} ms"

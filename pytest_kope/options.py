@@ -101,6 +101,30 @@ def _agent_options(g: Any, parser: pytest.Parser) -> None:
         "when they are spent (default: no limit)",
         type=int,
     )
+    _option(
+        g,
+        parser,
+        "kope-llm-timeout",
+        "seconds one model request may take, whole (default 300); one that runs out is closed and "
+        "retried, within --kope-time-budget",
+        type=float,
+    )
+    _option(
+        g,
+        parser,
+        "kope-llm-output",
+        "output tokens a model request asks for at most (default 8192), fitted to what the prompt "
+        "leaves of the model's context",
+        type=int,
+    )
+    _option(
+        g,
+        parser,
+        "kope-llm-context",
+        "the model's context in tokens; prompts are built to fit it (default: asked of the server, "
+        "else learned from its first context-length error)",
+        type=int,
+    )
     parser.addini(
         "kope_openai_base_url",
         "base URL of the OpenAI-compatible server for --kope-agent openai:MODEL, or the name of the "

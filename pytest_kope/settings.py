@@ -130,3 +130,34 @@ class Settings:
             return tuple(int(d) for d in self.devices.split(",") if d.strip())
         except ValueError:
             raise ConfigError(f"--kope-devices takes device indices like 0,1; got {self.devices!r}") from None
+
+
+@dataclass(frozen=True)
+class LlmSettings:
+    """The LLM agent's limits on one request, read and checked once (`from_config`): a self-hosted
+    server reads a long prompt for minutes and has a small context, so both are the user's to set."""
+
+    timeout: float = 300.0  # seconds one request may take, whole (--kope-llm-timeout)
+    output: int = 8_192  # output tokens asked for at most, fitted to the context (--kope-llm-output)
+    context: int | None = None  # the model's context in tokens; None: ask the server (--kope-llm-context)
+
+    @classmethod
+    def from_config(cls, config: pytest.Config) -> LlmSettings:
+        given = {name: setting(config, f"kope_llm_{name}", None) for name in ("timeout", "output", "context")}
+        try:
+            s = cls(
+                timeout=float(given["timeout"] or cls.timeout),
+                output=int(given["output"] or cls.output),
+                context=int(given["context"]) if given["context"] else None,
+            )
+        except (TypeError, ValueError):
+            raise ConfigError(
+                "--kope-llm-timeout takes seconds, --kope-llm-output and --kope-llm-context whole numbers"
+                f" of tokens; got {', '.join(f'{k}={v!r}' for k, v in given.items() if v is not None)}"
+            ) from None
+        if s.timeout <= 0 or s.output < 64 or (s.context is not None and s.context < 512):
+            raise ConfigError(
+                f"--kope-llm-timeout must be over 0 s (got {s.timeout:g}), --kope-llm-output at least 64"
+                f" tokens (got {s.output}), --kope-llm-context at least 512 (got {s.context})"
+            )
+        return s

@@ -126,6 +126,7 @@ def parse_spec(text: str, filename: str = "<source>") -> KernelSpec:
             if not eq or not _NAME.match(name):
                 raise SpecError(f"{where}: write `kope: param NAME = default | other | ...`, got {body!r}")
             axes[name] = _choices(values, where, f"param {name} = ")
+            _one_value_each(values, where, name)
         elif word == "flags":
             axes[FLAGS] = tuple(str(v) for v in _choices(rest, where, "flags ", literal=False))
         elif word == "require":
@@ -157,6 +158,18 @@ def _choices(text: str, where: str, lead: str, literal: bool = True) -> tuple[Sc
     if len(set(values)) != len(values):
         raise SpecError(f"{where}: repeated value in {text!r}")
     return values
+
+
+def _one_value_each(text: str, where: str, name: str) -> None:
+    """A `param` choice that is a list itself (`VEC = 0, 8, 16`, or `0 8 16`) would build as one
+    `-DVEC=0, 8, 16` and fail far from here; a quoted string or an expression (`64 * 4`) is one value."""
+    listed = [w for w in re.split(r"[,;|\s]+", text.strip()) if w]
+    for raw in (r.strip() for r in text.split("|")):
+        if raw[:1] not in "'\"" and re.fullmatch(r"[\w.+-]+(?:[,;\s]+[\w.+-]+)+", raw):
+            raise SpecError(
+                f"{where}: separate the choices of param {name} with `|`, not commas or spaces:"
+                f" write `kope: param {name} = {' | '.join(listed)}` (first is the default)"
+            )
 
 
 def bake_defaults(text: str, point: Mapping[str, Scalar]) -> str:

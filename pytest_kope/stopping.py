@@ -74,6 +74,13 @@ class Slot:
         spare = deadline - self.clock.now() - self.clock.verify_s()
         return max(0, math.floor(spare / self.clock.eval_s())) if spare > 0 else 0
 
+    def propose_by(self, n: int) -> float:
+        """When a round of `n` candidates must be proposed (an agent's model calls end by then), so
+        that judging them and verifying a winner still fit in the operator's share. Unlike the
+        evaluations, a first round gets no more than the share: one slow model round (minutes on a
+        CPU server) must not take the time of the operators after it."""
+        return self.deadline - self.clock.verify_s() - n * self.clock.eval_s()
+
 
 @dataclass
 class RunClock:

@@ -97,12 +97,26 @@ def slow(seconds: float, entry: Entry) -> Entry:
 
 @dataclass
 class Entry:
-    kind: str  # message | status | raw
+    kind: str  # message | status | raw | stream (server-sent events, `chunks` one by one)
     body: Any = None
     code: int = 200
     headers: dict[str, str] = field(default_factory=dict)
     raw: str = ""
-    delay: float = 0.0
+    delay: float = 0.0  # before the answer (a stream: after its headers, before its first chunk)
+    chunks: list[str] = field(default_factory=list)
+    pace: float = 0.0  # seconds between a stream's chunks (a slow model generating)
+
+
+@dataclass
+class Streamed:
+    """What became of one streamed answer: chunks written, and when the client left (None: it read
+    to the end)."""
+
+    chunks: int = 0
+    of: int = 0
+    left_at: float | None = None  # seconds after the request arrived
+    began: float = 0.0
+    ended: float = 0.0  # time.monotonic() when the server stopped generating
 
 
 @dataclass
@@ -122,7 +136,9 @@ class MessagesServer:
     def __init__(self) -> None:
         self.script: deque[Entry] = deque()
         self.requests: list[Recorded] = []
+        self.streams: list[Streamed] = []  # one per streamed answer, in order
         self.exhausted = 0
+        self.slot = threading.Lock()  # held while a stream generates: one request at a time, as llama.cpp
         self._lock = threading.Lock()
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self._httpd.daemon_threads = True
@@ -152,6 +168,10 @@ class MessagesServer:
         self._httpd.server_close()
         self._thread.join(timeout=5)
 
+    def _get(self, path: str) -> tuple[int, Any]:
+        """A GET's answer (code, JSON body); this server has none."""
+        return 404, {"error": {"message": f"no {path} here", "type": "not_found_error"}}
+
     def _next(self, recorded: Recorded) -> Entry:
         with self._lock:
             self.requests.append(recorded)
@@ -168,6 +188,10 @@ def _handler(server: MessagesServer) -> type[BaseHTTPRequestHandler]:
         def log_message(self, format: str, *args: Any) -> None:  # quiet
             pass
 
+        def do_GET(self) -> None:
+            code, body = server._get(self.path.split("?")[0])
+            self._send(code, json.dumps(body), {})
+
         def do_POST(self) -> None:
             length = int(self.headers.get("content-length") or 0)
             raw = self.rfile.read(length).decode("utf-8", "replace")
@@ -177,6 +201,9 @@ def _handler(server: MessagesServer) -> type[BaseHTTPRequestHandler]:
                 body = raw
             headers = {k.lower(): v for k, v in self.headers.items()}
             entry = server._next(Recorded(self.path, headers, body, length))
+            if entry.kind == "stream":
+                self._stream(entry)
+                return
             if entry.delay:
                 time.sleep(entry.delay)
             if entry.kind == "message":
@@ -189,6 +216,34 @@ def _handler(server: MessagesServer) -> type[BaseHTTPRequestHandler]:
                 self._send(entry.code, payload, entry.headers)
             else:
                 self._send(200, entry.raw, {})
+
+        def _stream(self, entry: Entry) -> None:
+            """Server-sent events, one chunk per `pace`, generated in the server's one slot: a
+            request waits for it, and it is freed only when the generation ends, which is when the
+            client's connection fails a write (as llama.cpp notices a client that left)."""
+            began = time.monotonic()
+            record = Streamed(of=len(entry.chunks), began=began)
+            with server._lock:
+                server.streams.append(record)
+            with server.slot:
+                try:
+                    self.send_response(200)
+                    self.send_header("content-type", "text/event-stream")
+                    self.send_header("connection", "close")
+                    self.end_headers()
+                    self.wfile.flush()
+                    time.sleep(entry.delay)
+                    for chunk in entry.chunks:
+                        self.wfile.write(f"data: {chunk}\n\n".encode())
+                        self.wfile.flush()
+                        record.chunks += 1
+                        time.sleep(entry.pace)
+                    self.wfile.write(b"data: [DONE]\n\n")
+                    self.wfile.flush()
+                except OSError:  # the client left: generation stops here
+                    record.left_at = time.monotonic() - began
+                record.ended = time.monotonic()
+            self.close_connection = True
 
         def _send(self, code: int, payload: str, headers: dict[str, str]) -> None:
             data = payload.encode()

@@ -349,6 +349,18 @@ def test_candidate_path_follows_the_winner_from_the_loop_to_the_report(tmp_path:
     )
 
 
+def test_local_model_smoke(tmp_path: Path) -> None:
+    """Against a real llama.cpp server where one and the model are installed; else one line says so."""
+    out = tmp_path / "local_model.json"
+    proc = bench("bench/local_model.py", "--minutes", "1", "--no-extra", "--json", str(out))
+    data = json.loads(out.read_text())
+    if "skipped" in data:
+        assert proc.stdout.strip() == f"local_model: skipped: {data['skipped']}"
+        return
+    assert "main run: exit" in proc.stdout and "prompt_tokens" in proc.stdout, proc.stdout[-3000:]
+    assert data["main"]["calls"] and data["main"]["records"] > len(data["main"]["calls"])  # and the prompts
+
+
 def test_peers_smoke(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     out = tmp_path / "peers.json"

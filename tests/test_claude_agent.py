@@ -348,23 +348,20 @@ def test_transient_errors_are_retried(
     assert len(messages_server.requests) == 2 and agent.usage()["faults"] == []
 
 
-def test_a_prompt_over_the_context_length_is_shrunk_and_retried_once(
+def test_a_prompt_over_the_context_length_is_made_smaller_and_sent_again(
     agent_for: MakeAgent, messages_server: MessagesServer
 ) -> None:
-    too_long = {
-        "type": "error",
-        "error": {
-            "type": "invalid_request_error",
-            "message": "prompt is too long: 210000 tokens > 200000 maximum",
-        },
-    }
+    """Without numbers in the error, the opening goes one step down the size ladder (fit.py)."""
+    too_long = {"type": "error", "error": {"type": "invalid_request_error", "message": "prompt is too long"}}
     messages_server.push(status(400, too_long), reply(submit()))
     agent = agent_for()
     records: list[dict[str, Any]] = []
     agent.prompt_sink = records.append
     assert len(agent.propose(make_ctx(), 1)) == 1
-    assert agent.usage()["faults"] == [] and "recalled context halved" in agent.usage()["retries"][0]
-    assert [r["shrunk"] for r in records] == [False, True] and records[1]["recall"]["budget_tokens"] == 750
+    assert agent.usage()["faults"] == [] and "the prompt refitted" in agent.usage()["retries"][0]
+    prompts = [r for r in records if r["kind"] == "prompt"]
+    assert [r["resend"] for r in prompts] == [0, 1] and prompts[1]["recall"]["budget_tokens"] == 800
+    assert [r["kind"] for r in records] == ["prompt", "call", "prompt", "call"]
     assert all(KEY not in json.dumps(r) for r in records)
 
 
@@ -384,6 +381,21 @@ def test_time_out_is_retried(agent_for: MakeAgent, messages_server: MessagesServ
     agent = agent_for(timeout=0.3)
     assert len(agent.propose(make_ctx(), 1)) == 1
     assert agent.usage()["faults"] == [] and len(messages_server.requests) == 2
+
+
+def test_a_long_call_says_it_is_waiting(
+    agent_for: MakeAgent, messages_server: MessagesServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Messages API is not streamed here: a long call's progress line says how long it has waited."""
+    from pytest_kope.agents.llm import inflight
+
+    monkeypatch.setattr(inflight, "TICK_S", 0.2)
+    messages_server.push(slow(0.7, reply(submit())))
+    agent = agent_for()
+    lines: list[str] = []
+    agent.line_sink = lines.append
+    assert len(agent.propose(make_ctx(), 1)) == 1
+    assert any("model call 1 of round 1: waiting for the reply:" in line for line in lines), lines
 
 
 def test_garbage_json_ends_the_round_with_a_fault(

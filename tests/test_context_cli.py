@@ -56,7 +56,12 @@ def test_context_shows_the_prompt_and_the_right_family_and_hardware_first(tmp_pa
     for part in ("## System prompt", "## Static block", "## Dynamic block", "kope: kernel void softmax"):
         assert part in out
     dynamic = out.split("## Dynamic block")[1]
-    assert '<untrusted-output source="experience graph' in dynamic and "Submit up to 2" in dynamic
+    first_round = min(
+        max(2, 2 * len(os.sched_getaffinity(0))), 24, 8
+    )  # a run's first batch: budget, patience
+    assert (
+        '<untrusted-output source="experience graph' in dynamic and f"Submit up to {first_round} " in dynamic
+    )
     # the same for an OpenAI-compatible model, with no key and no server anywhere
     other = kope("context", "softmax", "--repo", str(repo), "--agent", "openai:qwen2.5-coder", cwd=tmp_path)
     assert other.returncode == 0, other.stderr

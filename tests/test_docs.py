@@ -96,7 +96,7 @@ def test_readme_says_how_to_bring_your_own_model(pytester: pytest.Pytester) -> N
         assert server in section, server
     assert section.count("--kope-agent openai:") >= 3 and "OPENAI_BASE_URL" in section
     assert "kope_openai_key_env=DEEPSEEK_API_KEY" in section  # the ini names the variable, not the key
-    assert "kope context OP [--agent claude|openai:MODEL] [--repo DIR]" in section
+    assert "kope context OP [--agent claude|openai:MODEL] [--context N] [--repo DIR]" in section
     assert "prompts/<operator>/round-NNN.json" in section
     from pytest_kope import cli
 

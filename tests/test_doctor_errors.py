@@ -58,6 +58,7 @@ def test_each_broken_operator_gets_its_own_line_and_the_others_are_checked(tmp_p
     _operator(repo, "quiet", tests=lambda t: t[: t.index("def test_gelu_perf")])  # passes; nothing times it
     _operator(repo, "parm", lambda s: s.replace(header, "// kope: parm NT 0 1"))
     _operator(repo, "noval", lambda s: s.replace(header, "// kope: param NT ="))
+    _operator(repo, "comma", lambda s: s.replace(header, "// kope: param NT = 0, 1"))
     _operator(repo, "req", lambda s: s.replace(header, header + "\n// kope: require NT >"))
     _operator(
         repo,
@@ -79,7 +80,7 @@ def test_each_broken_operator_gets_its_own_line_and_the_others_are_checked(tmp_p
     rc, out = _doctor(repo)
 
     assert rc == 1, out[-6000:]
-    assert "7 operator(s), 1 ready to optimize (1 of them not timed: nothing to commit), 6 not" in out
+    assert "8 operator(s), 1 ready to optimize (1 of them not timed: nothing to commit), 7 not" in out
     assert _said(out, "quiet ").endswith(" passes")
     assert "no performance test" in _said(out, "kope quiet: ")
     assert "parm/gelu.c:3: unknown declaration 'parm' (did you mean `kope: param`?)" in _said(
@@ -87,6 +88,10 @@ def test_each_broken_operator_gets_its_own_line_and_the_others_are_checked(tmp_p
     )
     assert "gelu.c:3: list choices as `kope: param NT = a | b | c`" in _said(out, "kope noval: ")
     assert "gelu.c:4: `kope: require`" in _said(out, "kope req: ")
+    assert _said(out, "kope comma: ").endswith(
+        "comma/gelu.c:3: separate the choices of param NT with `|`, not commas or spaces:"
+        " write `kope: param NT = 0 | 1` (first is the default)"
+    )
     # the compiler's first error, whole: its line and the context under it, not the second error
     lines = out.splitlines()
     at = lines.index(_said(out, "kope cc: "))
@@ -214,3 +219,17 @@ def test_include_hint_finds_the_header_where_no_build_file_names_it(tmp_path: Pa
 def test_a_flags_line_without_choices_says_what_to_write() -> None:
     with pytest.raises(SpecError, match=r"k\.c:2: list choices as `kope: flags a \| b \| c`"):
         parse_spec("// kope: kernel void f(int n)\n// kope: flags\n", "k.c")
+
+
+@pytest.mark.parametrize("values", ["0, 8, 16", "0 8 16", "0; 8; 16", "0, 8 | 16"])
+def test_a_param_listed_with_commas_or_spaces_says_to_use_bars(values: str) -> None:
+    header = f"// kope: kernel void f(int n)\n// kope: param VEC = {values}\n"
+    with pytest.raises(SpecError, match=r"^k\.c:2: separate the choices of param VEC with `\|`") as e:
+        parse_spec(header, "k.c")
+    assert str(e.value).endswith("write `kope: param VEC = 0 | 8 | 16` (first is the default)")
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("values", ['"a b" | "c"', "64 * 4 | 128", "float | double", "-1 | 2.5"])
+def test_one_value_with_spaces_in_it_is_still_one_value(values: str) -> None:
+    assert len(parse_spec(f"// kope: param V = {values}\n", "k.c").space.axes["V"]) == 2

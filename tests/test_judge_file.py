@@ -4,6 +4,7 @@ the sample rowsum operator: real build, real children, real timing; the exit sta
 from __future__ import annotations
 
 import shutil
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -33,7 +34,10 @@ def test_an_honest_faster_kernel_is_a_verified_winner_and_exits_0(repo: Path, tm
     ran = kope_judge(repo, "rowsum", str(tmp_path / "twin.c"))
     last = ran.stdout.strip().splitlines()[-1]
     assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-2000:]
-    assert last.startswith("kope judge: rowsum ") and ": better: " in last and "verified" in last, last
+    assert last.startswith("kope judge: rowsum ") and ": better: verified in fresh processes: " in last, last
+    speedup = last.split("fresh processes: ")[1].split(" ")[0]  # one set of figures: the table's
+    (row,) = [line for line in ran.stdout.splitlines() if line.startswith("rowsum ")]
+    assert f" {speedup} " in f" {row} ", (last, row)
     assert "softmax" not in ran.stdout.split("kope: results")[-1]  # --kope-operator: rowsum alone
     assert (
         not list((repo / "rowsum").glob("*.orig"))
@@ -59,3 +63,29 @@ def test_bad_input_is_one_line_and_exit_2(repo: Path, tmp_path: Path) -> None:
     assert unknown.returncode == 2, unknown.stdout[-2000:]
     assert "--kope-operator rownope: no such operator" in unknown.stdout + unknown.stderr
     assert "rowsum, softmax" in unknown.stdout + unknown.stderr
+
+
+def test_a_wrong_file_exits_1_in_a_repo_whose_graph_knows_a_better_kernel(repo: Path, tmp_path: Path) -> None:
+    """The repo's graph holds a verified faster rowsum (a replay run): `kope judge` judges the file it
+    is given, not that one, and writes nothing to the repo's graph for a later run to resume from."""
+    known = tmp_path / "known" / "rowsum"
+    known.mkdir(parents=True)
+    shutil.copy(TWIN, known / "twin.c")
+    shutil.copy(TWIN.with_suffix(".json"), known / "twin.json")
+    warm = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--kope-optimize", "--kope-no-commit"]
+    warm += [f"--kope-agent=replay:{known.parent}", "--kope-operator", "rowsum", "--kope-budget", "1"]
+    warmed = subprocess.run(warm, cwd=repo, capture_output=True, text=True, timeout=600)
+    assert warmed.returncode == 0 and "1 verified winner" in warmed.stdout, warmed.stdout[-3000:]
+    graph = repo / ".kope" / "experience.db"
+    before = attempts(graph)
+    (tmp_path / "wrong.c").write_text(TWIN.read_text().replace("y[r] = s;", "y[r] = s + (r == 5);"))
+    ran = kope_judge(repo, "rowsum", str(tmp_path / "wrong.c"))
+    last = ran.stdout.strip().splitlines()[-1]
+    assert ran.returncode == 1, ran.stdout[-3000:] + ran.stderr[-2000:]
+    assert ": incorrect: " in last and "resuming from" not in ran.stdout, last
+    assert attempts(graph) == before  # nothing of the check is left for a later run to build on
+
+
+def attempts(db: Path) -> int:
+    with sqlite3.connect(db) as c:
+        return int(c.execute("SELECT count(*) FROM attempts").fetchone()[0])

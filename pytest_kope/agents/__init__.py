@@ -48,6 +48,7 @@ def _claude(arg: str, config: pytest.Config) -> Agent:
         api_key=os.environ.get("ANTHROPIC_API_KEY"),
         base_url=os.environ.get("ANTHROPIC_BASE_URL"),
         max_tokens=_max_tokens(config),
+        **_llm(config),
     )
 
 
@@ -55,7 +56,17 @@ def _openai(arg: str, config: pytest.Config) -> Agent:
     from .llm import openai_agent, openai_endpoint
 
     key, url = openai_endpoint(config.getini("kope_openai_key_env"), config.getini("kope_openai_base_url"))
-    return openai_agent(arg or _model(config), api_key=key, base_url=url, max_tokens=_max_tokens(config))
+    return openai_agent(
+        arg or _model(config), api_key=key, base_url=url, max_tokens=_max_tokens(config), **_llm(config)
+    )
+
+
+def _llm(config: pytest.Config) -> dict[str, Any]:
+    """--kope-llm-timeout, --kope-llm-output and --kope-llm-context, as the LLM agents take them."""
+    from ..settings import LlmSettings
+
+    s = LlmSettings.from_config(config)
+    return {"timeout": s.timeout, "max_output_tokens": s.output, "context": s.context}
 
 
 def _model(config: pytest.Config) -> str:

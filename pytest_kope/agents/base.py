@@ -45,10 +45,14 @@ class Context:
     budget_left: int  # evaluations left for this operator
     recall: Callable[..., Any]  # recall(state=..., budget=...) -> memory.recall.Recall
     seen: Callable[[str], bool]  # is a candidate hash already in the graph for this task?
+    # when this round's proposals must be in (time.monotonic()), so that what they propose can still
+    # be judged and a winner verified within --kope-time-budget; None: no time budget
+    deadline: float | None = None
 
 
 Sink = Callable[[str, str, dict[str, int]], None]  # (operator, model, tokens used) of one LLM call
-PromptSink = Callable[[dict[str, Any]], object]  # one round's prompt record, for the run folder
+PromptSink = Callable[[dict[str, Any]], object]  # a prompt or call record, for the run folder
+LineSink = Callable[[str], object]  # one line for the terminal (a long model call's progress)
 
 
 @runtime_checkable
@@ -62,7 +66,8 @@ class Agent(Protocol):
     tunes_spaces: bool  # it tunes declared knobs itself; else a tuner sweeps its candidates' knobs
     done: str | None  # why the last empty proposal ended the search (it converged), else None
     graph_sink: Sink | None  # set by the session: where an LLM agent records each call's tokens
-    prompt_sink: PromptSink | None  # set by the session: where each round's prompt is recorded
+    prompt_sink: PromptSink | None  # set by the session: where each prompt, request and reply is recorded
+    line_sink: LineSink | None  # set by the session: where a long call's progress is said
 
     def propose(self, ctx: Context, n: int) -> list[Candidate]:
         """Up to `n` new candidates; an empty list means the agent has nothing more to try (`done`
@@ -84,6 +89,10 @@ class Agent(Protocol):
     def exploration(self, operator: str) -> Exploration | None:
         """For the report: the axes known from the graph, explored, and never explored."""
 
+    def cancel(self, why: str) -> None:
+        """Ctrl-C (`why`: the signal's name): end what is in flight now (a model call) and propose
+        nothing more. Called from a signal handler: it must take no lock."""
+
     def close(self) -> None:
         """Release what it holds (an HTTP client): the run is over."""
 
@@ -99,6 +108,7 @@ class AgentBase:
     done: str | None = None
     graph_sink: Sink | None = None
     prompt_sink: PromptSink | None = None
+    line_sink: LineSink | None = None
 
     def propose(self, ctx: Context, n: int) -> list[Candidate]:
         raise NotImplementedError
@@ -117,6 +127,9 @@ class AgentBase:
 
     def exploration(self, operator: str) -> Exploration | None:
         return None
+
+    def cancel(self, why: str) -> None:
+        pass
 
     def close(self) -> None:
         pass

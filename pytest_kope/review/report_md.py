@@ -68,7 +68,21 @@ def _usage_section(data: dict[str, Any]) -> list[str]:
             lines += [f"{title}:", "", *(f"- {str(i)[:300]}" for i in items[:20]), ""]
     if usage.get("model"):
         lines += [f"Model: {usage['model']}", ""]
-    return lines
+    return lines + _records(usage.get("records"))
+
+
+def _records(records: Any) -> list[str]:
+    """What the model was told and said, kept in the run's folder: one line per operator, naming
+    each file (a prompt, a resend, a request with its reply or error)."""
+    if not isinstance(records, list) or not records:
+        return []
+    by_op: dict[str, list[str]] = {}
+    for r in map(str, records):
+        folder, _, name = r.rpartition("/")
+        by_op.setdefault(folder, []).append(name.removesuffix(".json"))
+    lines = ["Model transcripts (in this run's folder, each as .json and .txt):", ""]
+    lines += [f"- `{folder}/`: {', '.join(names)}" for folder, names in by_op.items()]
+    return [*lines, ""]
 
 
 def _outcomes(o: OperatorSummary) -> str:

@@ -79,7 +79,7 @@ class Concurrency:
             return agent
         made = config.hook.pytest_kope_make_agent(name=self.settings.agent, config=config)
         own = declared(made, self.settings.agent)
-        own.graph_sink, own.prompt_sink = agent.graph_sink, agent.prompt_sink
+        own.graph_sink, own.prompt_sink, own.line_sink = agent.graph_sink, agent.prompt_sink, agent.line_sink
         self.agents.append(own)
         return own
 

@@ -2,8 +2,10 @@
 
 The first signal ends the judgements in progress: every judging child and fork server is killed
 (`sandbox.stop_all`), and a judgement that waited on one raises `Interrupted` instead of handing back a
-verdict. Each operator's loop closes its judge on the way out (fork servers, build cache, recorded
-calls: the run's /tmp/kope-* folders); each operator not finished gets a summary whose `stopped` says
+verdict. It also ends the agents' work in flight (`also`: the session's agents' `cancel`): a model
+call is closed at once and no further call or round starts. Each operator's loop closes its judge on
+the way out (fork servers, build cache, recorded calls: the run's /tmp/kope-* folders); each
+operator not finished gets a summary whose `stopped` says
 `interrupted`; the session writes the report, prints its table and exits with status 2 (pytest's
 "interrupted"). Every verdict finished before the signal is in the graph already (each is recorded in
 one transaction as it comes), so the next run resumes from them.
@@ -47,6 +49,7 @@ class Interruption:
         self.ended = False
         self.began = time.monotonic()
         self.at = 0.0
+        self.also: list[Any] = []  # called with the signal's name on the first signal (agents' cancel)
         self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> Interruption:
@@ -77,10 +80,15 @@ class Interruption:
             raise KeyboardInterrupt
         self.why, self.at = name, time.monotonic()
         self._say(
-            f"kope: {name}: stopping: the judgements in progress end, then the report is written"
-            " (Ctrl-C again quits at once)"
+            f"kope: {name}: stopping: the judgements and the model call in progress end, then the report"
+            " is written (Ctrl-C again quits at once)"
         )
         sandbox.stop_all()
+        for cancel in self.also:
+            try:
+                cancel(name)
+            except Exception:  # noqa: BLE001 - one agent's failure to stop must not stop the others
+                pass
 
     def _say(self, line: str) -> None:
         """Straight to the terminal: the session's output lock may be held by the interrupted frame."""

@@ -285,12 +285,14 @@ class OperatorLoop:
         while room := p.rule.room(s.batch()):
             left = s.settings.budget - p.rule.evaluations
             ctx = Context(
-                info, self.hw, p.baseline, p.incumbent, p.history, left, self.recaller(), self._seen
-            )
+                info, self.hw, p.baseline, p.incumbent, p.history, left, self.recaller(), self._seen,
+                self._propose_by(room),
+            )  # fmt: skip
             swept = (
                 sweeper.propose(ctx, max(1, room // 2)) if sweeper and _declares_knobs(p.incumbent) else []
             )
             batch = swept + agent.propose(ctx, room - len(swept))
+            sandbox.check_stopping()  # Ctrl-C during the agent's round: its call is closed, no round follows
             proposed += len(batch)
             known = [v for c in batch if self._seen(c.hash) and (v := s.graph.judged(self.task, c.hash))]
             if known:  # judged in an earlier run: the agents learn from the record, no re-run
@@ -311,6 +313,12 @@ class OperatorLoop:
             for a in agents:
                 a.observe(ctx, judged)
             self._progress_line(p)
+
+    def _propose_by(self, room: int) -> float | None:
+        """When the agent's proposals must be in (--kope-time-budget; the clock is time.monotonic's)."""
+        if self.slot is None:
+            return None
+        return self.slot.propose_by(room)
 
     def _nothing_new(self, agent: Any, proposed: int) -> tuple[Stop, str]:
         """Why an agent proposed nothing: done, or, when it never proposed a candidate for this

@@ -281,7 +281,14 @@ class KopeSession:
 
         graph, run_dir = run.graph, run.run_dir
         run.agent.graph_sink = lambda op, model, used: graph.record_llm_call(self.run_id, op, model, used)
-        run.agent.prompt_sink = lambda made: write(run_dir, made)
+        run.agent.prompt_sink = lambda made: write(run_dir, made).relative_to(run_dir)
+        run.agent.line_sink = self.say
+        self.interruption.also.append(self._cancel_agents)  # Ctrl-C ends their model calls too
+
+    def _cancel_agents(self, why: str) -> None:
+        """The run's agents (one per operator at once) end what they have in flight: no lock taken."""
+        for agent in (self.run.agent, *self.concurrency.agents):
+            agent.cancel(why)
 
     def _open_run(self) -> Run:
         """The run's home, `.kope/` (and this repo's run lock), the graph, the run folder, git, the

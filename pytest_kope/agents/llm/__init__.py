@@ -10,7 +10,8 @@ import re
 from typing import Any
 
 from ...errors import ConfigError
-from .agent import Limits, LlmAgent
+from .agent import LlmAgent
+from .calls import Limits
 from .provider_anthropic import DEFAULT_MODEL, AnthropicProvider
 from .provider_openai import OpenAIProvider
 from .tools import merge_space
@@ -32,18 +33,21 @@ def claude_agent(
     model: str | None = None,
     api_key: str | None = None,
     base_url: str | None = None,
-    timeout: float = 120,
+    timeout: float = Limits.timeout,
+    context: int | None = None,
     **options: Any,
 ) -> LlmAgent:
     """`--kope-agent claude[:MODEL]`: the loop on Anthropic's Messages API."""
-    return _agent(AnthropicProvider(model, api_key, base_url, timeout), "claude", options)
+    provider = AnthropicProvider(model, api_key, base_url, timeout, context)
+    return _agent(provider, "claude", {"timeout": timeout, **options})
 
 
 def openai_agent(
     model: str,
     api_key: str | None = None,
     base_url: str | None = None,
-    timeout: float = 120,
+    timeout: float = Limits.timeout,
+    context: int | None = None,
     **options: Any,
 ) -> LlmAgent:
     """`--kope-agent openai:MODEL`: the loop on an OpenAI-compatible chat-completions server. A
@@ -55,7 +59,8 @@ def openai_agent(
             "--kope-agent openai needs OPENAI_API_KEY (or the variable kope_openai_key_env names), "
             "or the base URL of a server that takes no key (OPENAI_BASE_URL or kope_openai_base_url)"
         )
-    return _agent(OpenAIProvider(model, api_key or None, base_url, timeout), "openai", options)
+    provider = OpenAIProvider(model, api_key or None, base_url, timeout, context)
+    return _agent(provider, "openai", {"timeout": timeout, **options})
 
 
 def _agent(provider: Provider, name: str, options: dict[str, Any]) -> LlmAgent:

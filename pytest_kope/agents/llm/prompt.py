@@ -1,28 +1,27 @@
 """What the LLM agent says to the model, whatever the provider: system prompt, tool schemas, and the
 per-round prompt as plain text (each provider adapter wraps it in its own wire format).
 
-The prompt has a fixed ceiling whatever the graph or the run's history grow to: every part that can
-grow (recalled experience, failures, build logs, earlier rounds) is clipped to its own budget here.
-The static part (system prompt, operator block) is identical from round to round, so prompt caching
-serves it after the first call.
+The prompt has a ceiling whatever the graph or the run's history grow to: every part that can grow
+(tests, recalled experience, failures, build logs, earlier rounds) is clipped to its share in the
+`Sizes` it is built with (fit.py picks them to fit the model's context). The static part (system
+prompt, operator block) is identical from round to round, so prompt caching serves it after the first
+call. No source is shown twice, and no path of this machine: test files are named relative to each other.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Iterable
 from typing import Any
 
 from ...judge.outcome import Judged
 from ..base import Context, OperatorInfo
+from .fit import LADDER, Sizes
 
 SOURCE_CHARS = 40_000  # the committed kernel (and the incumbent, when it differs)
-TESTS_CHARS = 24_000  # all test sources together
-FAILURE_CHARS = 400  # one assertion message
-BUILD_LOG_CHARS = 800  # one build log
-RESULTS_SHOWN = 8  # verdicts of the last round shown in detail
-HISTORY_LINES = 24  # one-line summaries of earlier rounds
+HISTORY_LINES = LADDER[0].history_lines  # one-line summaries of earlier rounds kept
 LINE_CHARS = 240
 _FENCE_TAG = re.compile(r"<\s*/?\s*untrusted-output", re.I)
 
@@ -152,7 +151,7 @@ def system(plain: bool = False) -> str:
     return SYSTEM.replace("{how}", PLAIN_TEXT if plain else TOOL_USE)
 
 
-def static_block(op: OperatorInfo, hardware: dict[str, Any]) -> str:
+def static_block(op: OperatorInfo, hardware: dict[str, Any], sizes: Sizes = LADDER[0]) -> str:
     """The operator: committed source, tests, contract, hardware. The same text every round (cached)."""
     lang = language(op.filename)
     parts = [
@@ -162,22 +161,31 @@ def static_block(op: OperatorInfo, hardware: dict[str, Any]) -> str:
         *(f"- `{k}`" for k in op.kernels),
         "",
         "## Hardware",
-        clip(json.dumps(hardware, sort_keys=True, default=str), 2_000),
+        clip(json.dumps(hardware, sort_keys=True, default=str), sizes.hardware_chars),
         "",
         f"## Committed kernel source `{op.filename}`",
         f"```{lang}\n{clip(op.source, SOURCE_CHARS)}\n```",
         "",
         "## The tests that judge candidates",
     ]
-    left = TESTS_CHARS
+    left, names = sizes.tests_chars, test_names(op.tests)
     for path, src in sorted(op.tests.items()):
         shown = clip(src, max(left, 200))
         left -= len(shown)
-        parts.append(f"### {path}\n```python\n{shown}\n```")
+        parts.append(f"### {names[path]}\n```python\n{shown}\n```")
         if left <= 0:
             parts.append("(further test files left out)")
             break
     return "\n".join(parts)
+
+
+def test_names(tests: dict[str, str]) -> dict[str, str]:
+    """Each test file's name as the prompt shows it: relative to the folder they share, so no path of
+    this machine (home, user name, checkout) reaches the model."""
+    if not tests:
+        return {}
+    common = os.path.commonpath([os.path.dirname(p) or "." for p in tests])
+    return {p: os.path.relpath(p, common) if common else p for p in tests}
 
 
 def timings_lines(judged: Judged) -> list[str]:
@@ -191,7 +199,7 @@ def timings_lines(judged: Judged) -> list[str]:
     return lines
 
 
-def verdict_lines(judged: Judged) -> list[str]:
+def verdict_lines(judged: Judged, detail_chars: int = LADDER[0].detail_chars) -> list[str]:
     """A verdict for the model: outcome, params, failures and build log fenced as untrusted."""
     c = judged.candidate
     head = f"- {c.short} ({c.agent or '?'}) `{clip(c.idea, 160)}` -> {judged.outcome.value}"
@@ -203,12 +211,10 @@ def verdict_lines(judged: Judged) -> list[str]:
     if c.params:
         lines.append(f"  params: {clip(json.dumps(c.params, default=str), LINE_CHARS)}")
     for failure in judged.failures[:3]:
-        fenced = untrusted(clip(failure, FAILURE_CHARS), f"test failure of candidate {c.short}")
+        fenced = untrusted(clip(failure, detail_chars // 2), f"test failure of candidate {c.short}")
         lines.append("  failure: " + fenced.replace("\n", "\n    "))
-    if judged.build_log and not judged.outcome.correct:
-        fenced = untrusted(
-            clip(judged.build_log.strip(), BUILD_LOG_CHARS), f"build log of candidate {c.short}"
-        )
+    if judged.build_log and not judged.outcome.correct and detail_chars >= 200:
+        fenced = untrusted(clip(judged.build_log.strip(), detail_chars), f"build log of candidate {c.short}")
         lines.append("  build log:\n    " + fenced.replace("\n", "\n    "))
     for note in judged.notes[:2]:
         lines.append("  note: " + clip(note, LINE_CHARS))
@@ -235,6 +241,7 @@ def dynamic_block(
     earlier: Iterable[str],
     experience: str,
     plain: bool = False,
+    sizes: Sizes = LADDER[0],
 ) -> str:
     """This round: the incumbent, the last verdicts, a summary of earlier rounds, recalled experience."""
     inc = ctx.incumbent
@@ -251,14 +258,15 @@ def dynamic_block(
         parts.append(f"Incumbent source:\n```{lang}\n{clip(inc.candidate.source, SOURCE_CHARS)}\n```")
     if last:
         parts += ["", "## Verdicts on your last round"]
-        for judged in last[:RESULTS_SHOWN]:
-            parts += verdict_lines(judged)
-        if len(last) > RESULTS_SHOWN:
-            parts.append(f"(and {len(last) - RESULTS_SHOWN} more)")
-    earlier = list(earlier)[-HISTORY_LINES:]
+        for judged in last[: sizes.results_shown]:
+            parts += verdict_lines(judged, sizes.detail_chars)
+        if len(last) > sizes.results_shown:
+            parts.append(f"(and {len(last) - sizes.results_shown} more)")
+    earlier = list(earlier)[-sizes.history_lines :] if sizes.history_lines else []
     if earlier:
         parts += ["", "## Earlier rounds (one line each)", *(f"- {line}" for line in earlier)]
-    parts += ["", "## Recalled experience", experience.strip() or "(nothing recorded yet)"]
+    if sizes.recall_tokens:
+        parts += ["", "## Recalled experience", experience.strip() or "(nothing recorded yet)"]
     how = "as fenced code blocks, each after its `Idea:` line" if plain else "with submit_candidate"
     parts += [
         "",

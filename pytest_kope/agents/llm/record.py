@@ -1,9 +1,12 @@
-"""The prompt record: what the model was told and why each recalled piece is in it.
+"""The records of what the model was told and what it said, kept in the run folder for audit.
 
-One record per prompt the agent opens a round with, the same that `kope context` prints: the system
-prompt, the static and dynamic blocks as sent, and for each recalled lesson or attempt its score
-(similarity x value x relevance), its hardware and operator match, its size, and whether it fit the
-recall budget. The run folder keeps one per round under prompts/<operator>/ so a run can be audited.
+A prompt record is the prompt the agent opens a round with, the same that `kope context` prints: the
+system prompt, the static and dynamic blocks as sent, how it was fitted to the model's context, and for
+each recalled lesson or attempt its score (similarity x value x relevance), its hardware and operator
+match, its size, and whether it fit the recall budget. A call record is one request (the whole
+conversation as sent, the output tokens asked, the time allowed) and what came back: the reply, or the
+error. Under prompts/<operator>/ each is `round-NNN` (a resend of the opening `round-NNN-resend-K`,
+a call `round-NNN-call-KK`), as .json and .txt; no record overwrites another.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ...memory.recall import exemplar_line, tokens
+from .fit import CHARS_PER_TOKEN, Counter
 
 
 def explain(found: Any, budget: int, rendered: str) -> dict[str, Any]:
@@ -58,6 +62,8 @@ def explain(found: Any, budget: int, rendered: str) -> dict[str, Any]:
 
 def text(record: dict[str, Any]) -> str:
     """A record for people: the recall explained first, then the prompt exactly as sent."""
+    if record.get("kind") == "call":
+        return call_text(record)
     recall = record.get("recall") or {}
     items = recall.get("items", [])
     head = (
@@ -75,19 +81,75 @@ def text(record: dict[str, Any]) -> str:
         why = ", ".join(f"{k} {_num(v)}" for k, v in i["why"].items() if v not in (None, ""))
         lines.append(f"{'shown' if i['shown'] else 'left out'}: {i['kind']}, {i['tokens']} tokens; {why}")
         lines.append(f"    {i['text']}")
+    fit = record.get("fit") or {}
+    if fit:
+        lines[1:1] = ["", fit_line(fit)]
     extra = [t for t in recall.get("left_out", []) if t not in {i["text"] for i in items}]
     if extra:
         lines += ["", "## Left out by recall (over its token budget)", *(f"    {t}" for t in extra)]
+    count = Counter(float(fit.get("chars_per_token") or CHARS_PER_TOKEN))
     for title, key in (("System prompt", "system"), ("Static block", "static"), ("Dynamic block", "dynamic")):
-        lines += ["", f"## {title} ({tokens(record.get(key, ''))} tokens)", record.get(key, "")]
+        lines += ["", f"## {title} ({count(record.get(key, ''))} tokens)", record.get(key, "")]
+    return "\n".join(lines) + "\n"
+
+
+def fit_line(fit: dict[str, Any]) -> str:
+    """How the prompt was fitted, in one line: its tokens, the context and the reply it leaves."""
+    if fit.get("context"):
+        where = f"context {fit['context']} tokens (from {fit.get('context_from') or '?'})"
+    else:
+        where = "context size unknown (the server says nothing of it; set kope_llm_context to fit)"
+    said = (
+        f"## Fit: prompt {fit.get('prompt_tokens')} tokens ({fit.get('counter', '')}), {where},"
+        f" room for the prompt {fit.get('prompt_room') if fit.get('prompt_room') is not None else '-'},"
+        f" reply up to {fit.get('reply_tokens')} tokens, size level {fit.get('level', 0)}"
+    )
+    return said + ("" if fit.get("fits", True) else "; DOES NOT FIT: not sent")
+
+
+def call_text(record: dict[str, Any]) -> str:
+    """A call record for people: what was asked, then what came back."""
+    req, got = record.get("request") or {}, record.get("reply") or {}
+    lines = [
+        f"# Call {record.get('call')} of round {record.get('round')} for {record['operator']}:"
+        f" {record.get('model')} at {record.get('api')}",
+        f"asked: up to {req.get('max_tokens')} output tokens, tools {'on' if req.get('tools') else 'off'},"
+        f" {req.get('seconds')} s allowed; prompt ~{req.get('prompt_tokens')} tokens",
+    ]
+    if record.get("error"):
+        lines.append(f"error after {record.get('seconds')} s: {record['error']}")
+        if got.get("text"):
+            lines += ["", "## What the model said before the call ended", got["text"]]
+    else:
+        first = got.get("first_token_s")
+        lines.append(
+            f"reply: stop {got.get('stop')}, usage {json.dumps(got.get('usage'))}, {got.get('seconds')} s"
+            + (f", first token after {first} s" if first is not None else "")
+        )
+        if record.get("outcome"):
+            lines += ["", "## What became of it", str(record["outcome"])]
+        lines += ["", "## Reply text", got.get("text") or "(none)"]
+        for c in got.get("calls") or []:
+            lines += ["", f"## Tool call {c.get('name')}", json.dumps(c.get("input"), indent=1)]
+    lines += ["", "## Request messages"]
+    for m in req.get("messages") or []:
+        lines += ["", f"### {m.get('role')}", str(m.get("content", ""))]
     return "\n".join(lines) + "\n"
 
 
 def write(folder: Path, record: dict[str, Any]) -> Path:
-    """The record as prompts/<operator>/round-NNN.json and .txt in the run folder."""
+    """The record as prompts/<operator>/<name>.json and .txt in the run folder, never over another."""
     where = folder / "prompts" / str(record["operator"])
     where.mkdir(parents=True, exist_ok=True)
-    path = where / f"round-{int(record.get('round', 0)):03d}.json"
+    name = f"round-{int(record.get('round', 0)):03d}"
+    if record.get("kind") == "call":
+        name += f"-call-{int(record.get('call', 0)):02d}"
+    elif record.get("resend"):
+        name += f"-resend-{int(record['resend'])}"
+    path, n = where / f"{name}.json", 1
+    while path.exists():  # the same name twice (a second agent, a resumed round): kept apart
+        n += 1
+        path = where / f"{name}-{n}.json"
     path.write_text(json.dumps(record, indent=1, default=str))
     path.with_suffix(".txt").write_text(text(record))
     return path

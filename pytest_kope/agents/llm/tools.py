@@ -21,6 +21,7 @@ COMPILER_CHARS = 2_000
 _KOPE_LINE = re.compile(r"^\s*(?://+|#+|/\*+|\*+)?\s*kope:")
 _FENCED = re.compile(r"^```[ \t]*([\w+-]*)[^\n]*\n(.*?)^```", re.S | re.M)
 _IDEA = re.compile(r"^\W*idea\W*:\s*(.+)$", re.I | re.M)
+_CODE_START = re.compile(r"^\s*(?:(?://+|/\*+|\*)?\s*kope:|#\s*(?:include|define|ifndef|ifdef|if|pragma)\b)")
 
 
 def submit(
@@ -154,6 +155,32 @@ def fenced_candidates(text: str) -> list[dict[str, str]]:
         idea = ideas[-1] if ideas else next((x for x in before.splitlines() if x.strip()), "")
         found.append({"source": body, "idea": idea.strip(" *:#-") or "(no idea given)"})
     return found
+
+
+def unfenced_candidate(text: str, kernels: tuple[str, ...], filename: str) -> list[dict[str, str]]:
+    """A plain-text reply that holds a whole kernel source without a code fence (small models often
+    write one): the lines from its first `kope:` line, preprocessor line or kernel definition to the
+    last closing brace, as one candidate, when that span defines every declared kernel function. The
+    checks `submit` makes (the prototypes, the screen) and a sandboxed compile still decide."""
+    if "```" in (text or "") or prompt.language(filename) not in ("c", "cpp", "cuda"):
+        return []
+    lines = (text or "").splitlines()
+    names = [f for f in map(_fname, kernels) if f]
+    start = next(
+        (i for i, line in enumerate(lines) if _CODE_START.match(line) or _defines(line, names)), None
+    )
+    end = max((i for i, line in enumerate(lines) if line.rstrip().endswith("}")), default=-1)
+    if start is None or end <= start:
+        return []
+    source = "\n".join(lines[start : end + 1]) + "\n"
+    if not names or not all(re.search(rf"\b{re.escape(f)}\s*\([^;{{]*\)\s*\{{", source) for f in names):
+        return []
+    ideas = _IDEA.findall("\n".join(lines[:start]))
+    return [{"source": source, "idea": ideas[-1].strip(" *:#-") if ideas else "(no idea given)"}]
+
+
+def _defines(line: str, names: list[str]) -> bool:
+    return any(re.match(rf"^\s*[A-Za-z_][\w \t*]*\b{re.escape(f)}\s*\(", line) for f in names)
 
 
 def _seen(ctx: Context, digest: str) -> bool:
