@@ -214,3 +214,25 @@ def test_the_repos_compiler_is_read_from_its_build(tmp_path, monkeypatch):
     assert repo_compiler("cmake -S . -B b", tmp_path, src).read_from == "CMAKE_COMPILER in CMakeLists.txt"
     assert repo_compiler("cmake -S . -B b -DCMAKE_C_COMPILER=cc", tmp_path, src).command == "cc"
     assert repo_compiler("", tmp_path, src).kind in ("gcc", "clang")
+
+
+def test_an_operator_beside_a_makefile_searches_the_values_with_a_form(tmp_path, monkeypatch):
+    """No `build=`: pytest-kope builds the kernel for judging, the Makefile beside it after a merge."""
+    from pytest_kope.operator import Operator
+    from pytest_kope.spec import parse_spec
+
+    monkeypatch.delenv("CC", raising=False)
+    (tmp_path / ".git").mkdir()
+    source = tmp_path / "poly.c"
+    source.write_text(POLY_C.replace("-O3 -march=native", "-O3 -march=native | -O2 -fopenmp"))
+    alone = Operator("poly", source, "c", "poly")
+    assert alone.source_flags is None and alone.searched_space == alone.spec.space  # as before
+    (tmp_path / "Makefile").write_text("CC = gcc\nlibpoly.so: poly.c\n\t$(CC) -O2 -shared -fPIC -o $@ $<\n")
+    op = Operator("poly", source, "c", "poly")
+    assert op.source_flags == SourceFlags("-O2", ("gcc", "CC in Makefile"))
+    assert op.searched_space.axes["flags"] == ("-O2", "-O3", "-O3 -march=native")
+    compiler, unsearched = op.flags_unsearched()
+    assert compiler.startswith("gcc ") and len(unsearched) == 1 and "-fopenmp" in unsearched[0]
+    spec = op.build_context(parse_spec(source.read_text()))
+    built = carried(Candidate(source.read_text(), "poly.c", "c", {"flags": "-O3"}), spec)
+    assert built.params["flags"] == "-O2" and '#pragma GCC optimize("O3")' in built.source
