@@ -13,8 +13,10 @@ import pytest
 from .candidate import Candidate
 from .errors import MarkerError
 from .flops import parse_flops
-from .spec import FLAGS, KernelSpec, TuningSpace, parse_spec
+from .spec import FLAGS, KernelSpec, SourceFlags, TuningSpace, parse_spec
 from .toolchains import toolchain_for
+from .toolchains.flagblock import searchable
+from .toolchains.repocc import identify, repo_compiler
 
 if TYPE_CHECKING:
     from .agents.base import OperatorInfo
@@ -54,6 +56,7 @@ class Operator:
 
         return replace(
             spec,
+            source_flags=self.source_flags,
             include_dirs=tuple(str(p) for p in (self.source.parent, *self.includes)),
             companions=tuple(str(p) for p in self.companions),
             build=(
@@ -112,15 +115,42 @@ class Operator:
         return ""
 
     @property
+    def source_flags(self) -> SourceFlags | None:
+        """Where the repo builds the kernel itself and its header declares `flags`: the first value
+        (what the build passes) and the compiler the build runs, which reads every other value from
+        the source (`toolchains/flagblock.py`); None where pytest-kope's own build passes them."""
+        axes = self.spec.space.axes
+        if self.toolchain != "c" or FLAGS not in axes or not self.own_build:
+            return None
+        command, root = (self.build[0], self.build[1]) if self.build else ("", self.source.parent)
+        found = repo_compiler(command, root, self.source)
+        return SourceFlags(str(axes[FLAGS][0]), (found.command, found.read_from))
+
+    def flags_unsearched(self) -> tuple[str, list[str]]:
+        """The repo's compiler in a few words, and each declared `flags` value with no source form
+        on it (one phrase each, naming the flag and why); ("", []) where flags go on the command line."""
+        own = self.source_flags
+        if own is None:
+            return "", []
+        compiler = identify(*own.compiler)
+        return compiler.name(), searchable([str(v) for v in self.spec.space.axes[FLAGS]], own.held, compiler)[
+            1
+        ]
+
+    @property
     def searched_space(self) -> TuningSpace:
-        """The space the search may walk: the declared one, less compiler flags when the repo builds
-        the kernel itself. A merge carries the source, whose parameters are written into it
-        (`Toolchain.bake`), but no flags reach a Makefile's or CMake's compile from a kope branch: a
-        speedup that needed them would not be what merging delivers."""
+        """The space the search may walk: the declared one, less the `flags` values that have no
+        source form on the repo's compiler when the repo builds the kernel itself. A merge carries
+        the source, never a Makefile's flags: a value reaches that build only written into the file
+        (`toolchains/flagblock.py`), as the judge builds it."""
         space = self.spec.space
         if not self.own_build or FLAGS not in space.axes:
             return space
-        return TuningSpace({**space.axes, FLAGS: space.axes[FLAGS][:1]}, space.requires)
+        own = self.source_flags
+        if own is None:  # not a C kernel: no source forms, the build's own flags only
+            return TuningSpace({**space.axes, FLAGS: space.axes[FLAGS][:1]}, space.requires)
+        kept, _ = searchable([str(v) for v in space.axes[FLAGS]], own.held, identify(*own.compiler))
+        return TuningSpace({**space.axes, FLAGS: tuple(kept)}, space.requires)
 
     def baseline(self) -> Candidate:
         """The committed kernel, built at its declared defaults."""

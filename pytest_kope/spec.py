@@ -92,6 +92,16 @@ class TuningSpace:
 
 
 @dataclass(frozen=True)
+class SourceFlags:
+    """A kernel the repo builds itself: the `flags` its build passes on the command line (the axis's
+    first value) and the compiler that build runs (command, where the build names it), for which
+    every other value is written into the source (`toolchains/flagblock.py`)."""
+
+    held: str
+    compiler: tuple[str, str]
+
+
+@dataclass(frozen=True)
 class KernelSpec:
     """Everything the header of one source declares."""
 
@@ -102,6 +112,7 @@ class KernelSpec:
     include_dirs: tuple[str, ...] = ()  # absolute, read-only: the repo's headers a kernel may include
     companions: tuple[str, ...] = ()  # absolute paths of the operator's other sources, built alongside
     build: tuple[str, str, str, str] | None = None  # the repo's own build: command, root, target, library
+    source_flags: SourceFlags | None = None  # the repo builds it itself: flags go into the source
 
 
 def parse_spec(text: str, filename: str = "<source>") -> KernelSpec:

@@ -410,3 +410,17 @@ def test_gpu_check_smoke(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "tests exit 0, optimize exit 0" in proc.stdout
     assert json.loads((tmp_path / "gpu_check.json").read_text())["operators"]
+
+
+def test_ownbuild_flags_smoke(tmp_path: Path) -> None:
+    if shutil.which("make") is None:
+        pytest.skip("make not installed")
+    out = tmp_path / "ownbuild_flags.json"
+    proc = bench(
+        "bench/ownbuild_flags.py", "--ops", "poly", "--budget", "2", "--rounds", "3", "--json", str(out)
+    )
+    assert "make on kope/ branch" in proc.stdout and "own make / pytest-kope build" in proc.stdout
+    (row,) = json.loads(out.read_text())["operators"]
+    assert row["operator"] == "poly" and "main" in row["delivered"]
+    if row["own"]["verified"]:  # a busy machine may leave none: then there is no branch to build
+        assert row["fallback"]["dispatches"] is False and row["fallback"]["same results as main"] is True

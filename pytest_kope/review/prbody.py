@@ -36,6 +36,7 @@ class Evidence:
     history: list[Any]
     lessons: list[dict[str, Any]] = field(default_factory=list)
     build: str = ""  # the build command line, or the flags
+    flags_in_source: list[str] = field(default_factory=list)  # own builds: "flag: its source form"
     plot: str = ""  # Markdown that shows or links the speedup plot
     note: str = ""  # where the commit went, when not simply on top of the branch
     run_url: str = ""
@@ -126,7 +127,16 @@ def _lessons(e: Evidence) -> list[str]:
 def _toolchain(e: Evidence) -> list[str]:
     params = " ".join(f"`{k}={v}`" for k, v in sorted(e.winner.candidate.params.items()))
     lines = [f"- toolchain: `{e.toolchain}`", f"- parameters: {params or '(none)'}"]
-    if e.build:
+    if e.flags_in_source:
+        lines.append("- compiler flags written into the source (the repo builds this kernel itself):")
+        lines += [f"  - `{flag}`: {how}" for flag, _, how in (f.partition(": ") for f in e.flags_in_source)]
+        lines.append(
+            "  - the `default` clone runs where the instruction set is missing; plain pytest passed on it,"
+            " built with -march=x86-64 -DKOPE_NO_CLONES"
+            if any("target_clones" in f for f in e.flags_in_source)
+            else "  - no instruction-set choice: the file runs wherever the committed one did"
+        )
+    elif e.build:
         lines.append(f"- build: `{e.build}`")
     compilers = e.hardware.get("compilers") or e.hardware.get("compiler")
     if compilers:

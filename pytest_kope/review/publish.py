@@ -298,6 +298,7 @@ class Publisher:
             history=winner.history,
             lessons=self._lessons(op.name),
             build=self._build_line(op, verified),
+            flags_in_source=report.flags_in_source(op, verified.candidate),
             note=note,
             run_url=self.settings.run_url if self.settings else "",
             peers=str((self.results.get(op.name, {}).get("peers") or {}).get("headline", "")),

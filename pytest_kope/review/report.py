@@ -260,6 +260,33 @@ def review_lines(operators: list[OperatorSummary]) -> list[str]:
     return lines
 
 
+def flags_in_source(op: Any, candidate: Any) -> list[str]:
+    """How a winner's `flags` went into its source, where the repo builds the kernel itself (else [])."""
+    from ..toolchains.flagblock import describe
+
+    spec = op.build_context(op.spec) if hasattr(op, "build_context") else None
+    return describe(spec, str(candidate.params.get("flags", ""))) if spec is not None else []
+
+
+def _portability(op: Any, candidate: Any) -> list[str]:
+    """The commit's lines on where the winner runs: its flags in the source (the repo builds it), or
+    a warning that -march=native ties pytest-kope's build to CPUs like this one."""
+    in_source = flags_in_source(op, candidate)
+    if in_source:
+        lines = [
+            "Compiler flags written into the source, in its marked block (the repo's own build reads them):"
+        ]
+        return [*lines, *(f"- {line}" for line in in_source), ""]
+    native = [f for f in str(candidate.params.get("flags", "")).split() if f.endswith("=native")]
+    if not native:
+        return []
+    return [
+        f"Built with {' '.join(native)}: the code is tied to CPUs like this one; set kope_c_target_flags"
+        " (e.g. -march=x86-64-v3) to search code for the machines it will run on.",
+        "",
+    ]
+
+
 def commit_message(
     op: Any, winner: Any, baseline: Any, history: list[Any], run_id: str, hardware: str
 ) -> str:
@@ -280,16 +307,7 @@ def commit_message(
     )
     params = " ".join(f"{k}={v}" for k, v in sorted(winner.candidate.params.items()))
     tests = tests_by_file(winner.tests_passed, winner.fixed_inputs) or "- (none recorded)"
-    native = [f for f in str(winner.candidate.params.get("flags", "")).split() if f.endswith("=native")]
-    portable = (
-        [
-            f"Built with {' '.join(native)}: the code is tied to CPUs like this one; set kope_c_target_flags"
-            " (e.g. -march=x86-64-v3) to search code for the machines it will run on.",
-            "",
-        ]
-        if native
-        else []
-    )
+    portable = _portability(op, winner.candidate)
     return "\n".join(
         [
             f"kope({op.name}): {speedup:.2f}x faster on {hardware}",

@@ -137,6 +137,19 @@ def operator_section(
     if best and best.get("idea") and (o.speedup if o.speedup is not None else 1.0) > 1.0:
         params = " ".join(f"{k}={v}" for k, v in sorted((best.get("params") or {}).items()))
         lines.append(f"- Winner: {best['idea']}" + (f" (`{params}`)" if params else ""))
+    if o.flags_in_source:
+        lines.append(
+            f"- Compiler flags written into the source (the repo builds it): {'; '.join(o.flags_in_source)}"
+        )
+    if held := o.baseline_isa:
+        failed = held.get("failed") or []
+        outcome = (
+            f"{len(failed)} failed: {', '.join(failed[:5])}" if failed else f"{held.get('passed')} passed"
+        )
+        lines.append(
+            "- Plain pytest with the instruction set held to the baseline (-march=x86-64, -DKOPE_NO_CLONES: "
+            f"the fallback a machine without it runs): {outcome}"
+        )
     if o.published.peers:
         lines.append(f"- Next to the peers: {_peer_line(o.name, o.published.peers)}")
     if o.note and not (o.winner.commit and o.note.startswith("committed")):

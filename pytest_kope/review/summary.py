@@ -169,6 +169,8 @@ class OperatorSummary:
     candidates: list[CandidateEntry] | None = None
     timed_rtol: TimedRtol | None = None
     plain_pytest: dict[str, Any] | None = None  # `PlainRun.to_json()`
+    baseline_isa: dict[str, Any] | None = None  # the same, with the instruction set held to the baseline
+    flags_in_source: list[str] | None = None  # "flag: the pragma or clones that carry it" (own builds)
     machine_busy: MachineBusy | None = None
     published: Published = field(default_factory=Published)
     flaky_tests: list[str] | None = None
@@ -199,6 +201,8 @@ class OperatorSummary:
             {
                 "timed_rtol": self.timed_rtol,
                 "plain_pytest": self.plain_pytest,
+                "baseline_isa": self.baseline_isa,
+                "flags_in_source": self.flags_in_source,
                 "winner_file": w.file,
                 "machine_busy": self.machine_busy,
                 "already_committed": w.already_committed,
@@ -243,6 +247,8 @@ class OperatorSummary:
             candidates=get("candidates"),
             timed_rtol=get("timed_rtol"),
             plain_pytest=get("plain_pytest"),
+            baseline_isa=get("baseline_isa"),
+            flags_in_source=get("flags_in_source"),
             machine_busy=get("machine_busy"),
             published=Published.from_json({k: v for k, v in d.items() if k not in NAMED}),
             flaky_tests=get("flaky_tests"),

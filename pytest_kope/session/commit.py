@@ -16,6 +16,8 @@ from ..memory.observe import last_committed
 from ..review import report
 from ..review.publish import VerifiedWinner
 from ..review.summary import MachineBusy, OperatorSummary, Published, TimedRtol, Winner
+from ..spec import FLAGS
+from ..toolchains.flagblock import BASELINE_ENV, BASELINE_FLAGS, carried, describe, has_clones
 from .decide import verify
 from .progress import Progress
 
@@ -54,6 +56,7 @@ class Checked:
     baked: str = ""
     note: str = ""
     plain: PlainRun | None = None
+    baseline_isa: PlainRun | None = None  # the plain run with the instruction set held to the baseline
 
 
 def conclude(s: Run, loop: Operand, p: Progress, seconds: float) -> OperatorSummary:
@@ -66,6 +69,7 @@ def conclude(s: Run, loop: Operand, p: Progress, seconds: float) -> OperatorSumm
     rtol, rtol_from = loop.judge.timed_rtol
     timed_rtol: TimedRtol = {"rtol": rtol, "from": rtol_from}
     plain: PlainRun | None = None  # the last plain pytest run on a file to commit
+    baseline_isa: PlainRun | None = None  # and the one with the instruction set held to the baseline
     if p.incumbent is not p.baseline and not s.clock.can_verify():
         note = (
             f"not verified: the time budget ran out ({max(0.0, s.clock.left()):.0f} s left, "
@@ -75,6 +79,7 @@ def conclude(s: Run, loop: Operand, p: Progress, seconds: float) -> OperatorSumm
         started = time.monotonic()
         checked = _verify_or_runner_up(s, loop, p)
         verified, baked, note, plain = checked.verified, checked.baked, checked.note, checked.plain
+        baseline_isa = checked.baseline_isa
         s.clock.verifies.append(time.monotonic() - started)
         if verified is not None:
             s.publisher.measure_peers(op, baked)  # --kope-peers, before the PR body is written
@@ -96,6 +101,10 @@ def conclude(s: Run, loop: Operand, p: Progress, seconds: float) -> OperatorSumm
     )
     summary.timed_rtol = timed_rtol
     summary.plain_pytest = plain.to_json() if plain else None
+    summary.baseline_isa = baseline_isa.to_json() if baseline_isa else None
+    if verified is not None:  # a kernel the repo builds itself: how its flags went into the source
+        flags = str(verified.candidate.params.get(FLAGS, ""))
+        summary.flags_in_source = describe(op.build_context(op.spec), flags) or None
     summary.machine_busy = _machine_busy([*p.history, *([verified] if verified else [])])
     # publish.py's contract is a dict: it reads the entry's candidates and hands back its own keys
     summary.published = Published.from_json(s.publisher.after(op.name, summary.to_json()))
@@ -117,7 +126,8 @@ def _verify_committed(s: Run, loop: Operand, p: Progress) -> Checked:
     source (`Toolchain.bake`), and that file, the one a merge delivers, is what the fresh processes
     judge and time against the baseline; then the operator's tests run on it as plain `pytest` does."""
     inc = p.incumbent.candidate
-    baked = loop.tc.bake(inc.source, inc.params)
+    built = carried(inc, loop.op.build_context(loop.op.spec))  # flags into the file, where the repo builds it
+    baked = loop.tc.bake(built.source, built.params)
     loop.say(f"verifying {inc.short} as the file to commit, in a fresh process against the baseline")
     as_committed = replace(inc, source=baked)
     verified, note = verify(
@@ -129,13 +139,23 @@ def _verify_committed(s: Run, loop: Operand, p: Progress) -> Checked:
         if line.startswith("timed "):
             loop.say(line)
     verified.candidate = inc  # measured as the committed file; named as the search found it
-    plain = plaincheck.run(loop.plan, loop.op.source, baked, *((s.vcs.top, s.vcs.base) if s.vcs else ()))
+    top, base = (s.vcs.top, s.vcs.base) if s.vcs else (None, None)
+    plain = plaincheck.run(loop.plan, loop.op.source, baked, top, base)
     loop.say(plain.line())
     if not plain.ok:  # judged correct, yet wrong where the user runs it: incorrect
         p.incumbent.outcome = Outcome.INCORRECT
         p.incumbent.failures.insert(0, plain.line())
         return Checked(None, note=f"not committed: {plain.line()}", plain=plain)
-    return Checked(verified, baked, note, plain)
+    if not has_clones(baked):
+        return Checked(verified, baked, note, plain)
+    held = plaincheck.run(loop.plan, loop.op.source, baked, top, base, env={BASELINE_ENV: "1"})
+    line = f"with the instruction set held to the baseline ({' '.join(BASELINE_FLAGS)}), {held.line()}"
+    loop.say(line)
+    if not held.ok:  # the fallback a machine without the instruction set runs is wrong
+        p.incumbent.outcome = Outcome.INCORRECT
+        p.incumbent.failures.insert(0, line)
+        return Checked(None, note=f"not committed: {line}", plain=plain, baseline_isa=held)
+    return Checked(verified, baked, note, plain, held)
 
 
 def _machine_busy(judged: list[Judged]) -> MachineBusy | None:

@@ -219,13 +219,31 @@ class OperatorLoop:
         return judged
 
     def _held(self, candidate: Candidate) -> Candidate:
-        """`candidate` with the compiler flags the repo's own build will use, when it builds the kernel
-        itself (`Operator.searched_space`): whatever an agent asked for, the judge measures only what a
-        merge delivers."""
-        held = self.op.searched_space.axes.get(FLAGS)
-        if not self.op.own_build or held is None or candidate.params.get(FLAGS) == held[0]:
+        """`candidate` with a `flags` value the repo's own build takes, when it builds the kernel
+        itself (`Operator.searched_space`): a value with no source form on its compiler is replaced
+        by the build's own, whatever an agent asked for, so the judge measures what a merge delivers."""
+        searched = self.op.searched_space.axes.get(FLAGS)
+        if not self.op.own_build or searched is None or candidate.params.get(FLAGS, searched[0]) in searched:
             return candidate
-        return replace(candidate, params={**candidate.params, FLAGS: held[0]})
+        return replace(candidate, params={**candidate.params, FLAGS: searched[0]})
+
+    def _say_flags(self) -> None:
+        """How the `flags` axis reaches a kernel the repo builds itself, and, in one line, the values
+        with no source form on its compiler (not searched)."""
+        compiler, unsearched = self.op.flags_unsearched()
+        if not compiler:
+            flags = self.op.searched_space.axes[FLAGS][0]
+            self.say(
+                f"compiler flags held at {flags!r}: the repo builds this kernel with {self.op.own_build}"
+            )
+            return
+        self.say(
+            f"compiler flags carried in the source for {compiler}: the repo builds this kernel with "
+            f"{self.op.own_build}, so each `flags` value is searched as the pragmas and target clones "
+            "written into the file it commits"
+        )
+        if unsearched:
+            self.say(f"flags with no source form on {compiler}, not searched: {'; '.join(unsearched)}")
 
     def _resume(self, p: Progress) -> None:
         """Judge the best known attempt of this operator's line again: the search starts from it.
@@ -272,10 +290,7 @@ class OperatorLoop:
         """Recall, propose, judge, remember, until the stop rule says stop (and why)."""
         s, agent = self.s, self.s.agent
         if self.op.own_build and FLAGS in self.op.spec.space.axes:
-            flags = self.op.searched_space.axes[FLAGS][0]
-            self.say(
-                f"compiler flags held at {flags!r}: the repo builds this kernel with {self.op.own_build}"
-            )
+            self._say_flags()
         # An LLM's candidate may declare its own knobs: a tuner sweeps them within the same budget.
         sweeper = None
         if not agent.tunes_spaces:

@@ -36,6 +36,7 @@ from .base import (
     ToolchainBase,
 )
 from .cdefines import write_defines
+from .flagblock import carried
 from .ownbuild import keep_screened, own_build, own_build_key
 from .screening import (  # noqa: F401 - FORBIDDEN_CALLS and strip_c_comments are re-exported
     BINARY_SCREEN_ENV,
@@ -183,12 +184,14 @@ class CToolchain(ToolchainBase):
     # controller moves `build_key`'s entry into the run's cache once the step's process is gone.
     def compile(self, candidate: Candidate, spec: KernelSpec, build_dir: Path) -> tuple[Path, str]:
         """Build and screen the library without loading it: (library, build log)."""
+        candidate = carried(candidate, spec)  # a kernel the repo builds itself: its flags in the source
         if spec.build is not None:
             return own_build(candidate, spec, Path(build_dir), self._screen_library)
         return self._compile(candidate, Path(build_dir), spec)
 
     def build_key(self, candidate: Candidate, spec: KernelSpec | None) -> str:
         """The folder a build of `candidate` makes under its build dir: a hash of everything it reads."""
+        candidate = carried(candidate, spec) if spec is not None else candidate
         if spec is not None and spec.build is not None:
             return own_build_key(candidate, spec)
         probe = self.command(candidate, Path("src"), Path("out"), spec)

@@ -21,6 +21,7 @@ from ..candidate import Candidate
 from ..errors import BuildError, LibraryRejected
 from ..spec import FLAGS, KernelSpec
 from . import tools
+from .flagblock import BASELINE_ENV, BASELINE_FLAGS, dispatches
 
 
 def own_build(
@@ -58,6 +59,14 @@ def own_build(
         shutil.rmtree(tmp, ignore_errors=True)
         why = "" if proc.returncode else f"\nit exited 0 but made no {library}; fix library= in the marker"
         raise BuildError(candidate.filename, f"$ {run}\n{log[-6000:]}{why}")
+    if os.environ.get(BASELINE_ENV) and dispatches(built):
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise BuildError(
+            candidate.filename,
+            f"$ {run}\nheld to the baseline instruction set ({' '.join(BASELINE_FLAGS)}), the library still "
+            "dispatches target clones: the build passes neither {cflags} nor CFLAGS to the compiler; "
+            "put {cflags} in the marker's build= so the fallback can be tested",
+        )
     shutil.copy(built, tmp / "kernel.so")
     (tmp / "build.log").write_text(log)
     shutil.rmtree(tree, ignore_errors=True)

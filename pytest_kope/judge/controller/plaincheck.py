@@ -19,6 +19,7 @@ import sys
 import tarfile
 import tempfile
 import xml.etree.ElementTree as ET
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,9 +60,17 @@ class PlainRun:
         }
 
 
-def run(plan: Any, source: Path, text: str, top: Path | None = None, commit: str | None = None) -> PlainRun:
+def run(
+    plan: Any,
+    source: Path,
+    text: str,
+    top: Path | None = None,
+    commit: str | None = None,
+    env: Mapping[str, str] | None = None,
+) -> PlainRun:
     """Plain `pytest` on `plan.files` in a copy of the tree (`commit` of the git repository at `top`,
-    else the rootdir as it is) with `text` as `source`, jailed, in the user's environment."""
+    else the rootdir as it is) with `text` as `source`, in the user's environment (plus `env`: e.g.
+    the build held to the baseline instruction set, `toolchains/flagblock.py`), its kernel served."""
     seed = random.SystemRandom().randrange(1 << 31)
     work = Path(tempfile.mkdtemp(prefix=f"kope-plain-{plan.operator.name}-"))
     try:
@@ -81,8 +90,8 @@ def run(plan: Any, source: Path, text: str, top: Path | None = None, commit: str
         cmd = [sys.executable, "-m", "pytest", *(str(moved(f)) for f in plan.files), "-q"]
         cmd += ["--kope-seed", str(seed), "--junitxml", str(report), "--rootdir", str(root)]
         cmd += ["-c", str(moved(plan.inifile))] if plan.inifile else []
-        users = environments.settings(environments.USER)
-        env = sandbox.scrubbed_environment(
+        users = {**environments.settings(environments.USER), **(env or {})}
+        scrubbed = sandbox.scrubbed_environment(
             {
                 **users,
                 hosting.USER_ENV: hosting.user_environment(users),
@@ -94,7 +103,7 @@ def run(plan: Any, source: Path, text: str, top: Path | None = None, commit: str
             work,
         )
         place = sandbox.Placement(cwd=root, host=True)
-        finished = sandbox.wait(sandbox.start(cmd, work, env, plan.limits, place), plan.limits.wall_s)
+        finished = sandbox.wait(sandbox.start(cmd, work, scrubbed, plan.limits, place), plan.limits.wall_s)
         outcome = _read(report, finished)
         outcome.seconds, outcome.seed = finished.wall_s, seed
         return outcome
