@@ -47,8 +47,11 @@ def main(argv: Sequence[str]) -> int:
     found = Finder(args.operator, args.agent, args.db or args.repo / ".kope" / "experience.db", args.context)
     said = io.StringIO()
     with contextlib.redirect_stdout(said):
+        # --assert=plain: this process imported pytest_kope before pytest could mark it for rewriting,
+        # which a repo's `filterwarnings = error` turns into a failure; collecting needs no rewriting
         code = pytest.main(
-            ["--collect-only", "-q", "-p", "no:cacheprovider", str(args.repo), *rest], plugins=[found]
+            ["--collect-only", "-q", "--assert=plain", "-p", "no:cacheprovider", str(args.repo), *rest],
+            plugins=[found],
         )
     if found.text is None:  # pytest's own output too when collection failed: it says why
         why = found.error or f"pytest could not collect {args.repo} (exit {code})"
