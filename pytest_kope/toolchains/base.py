@@ -54,7 +54,8 @@ class Served:
     """How a kernel server loads one built candidate (`judge/kernel`): the load request it is sent,
     each function's arguments (from the committed interface the host holds, never from the server),
     what its jail may read and write besides the interpreter, the modules it imports, the host-side
-    check of each function's arguments, and the build's log."""
+    check of each function's arguments, the build's log, and, for a sanitized build, the variables
+    that load its runtime and the folder where that runtime writes what it found."""
 
     load: dict[str, Any]
     args: Mapping[str, tuple[Arg, ...]]
@@ -63,6 +64,8 @@ class Served:
     modules: tuple[str, ...] = ()
     checks: Mapping[str, Callable[[tuple[Any, ...]], None]] = field(default_factory=dict)
     build_log: str = ""
+    environment: Mapping[str, str] = field(default_factory=dict)  # set in the server's (a sanitizer's runtime)
+    reports: Path | None = None  # a folder in `writable` where the server's runtime reports a fault
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,11 @@ class Toolchain(Protocol):
     jit_cache_env: str | None  # where its JIT keeps compiled kernels (TRITON_CACHE_DIR); None: no JIT
     passes_env: tuple[str, ...]  # variables its judging children need from the controller's environment
     timed_on_host: bool  # its timings are bound by this machine's measured memory and FMA ceilings
+
+    @property
+    def sanitize_env(self) -> str | None:
+        """The variable that, set to "1" in a judging child, has it build and serve its kernels with
+        AddressSanitizer and UndefinedBehaviorSanitizer; None where it cannot (no runtime, no C)."""
 
     def availability(self) -> Availability:
         """Whether it can build and run here, and why; must have no side effects."""
@@ -142,6 +150,10 @@ class ToolchainBase:
     passes_env: tuple[str, ...] = ()
     timed_on_host: bool = False
     server_imports: tuple[str, ...] = ()  # modules a kernel server imports before its filter (torch)
+
+    @property
+    def sanitize_env(self) -> str | None:
+        return None
 
     def timer(self) -> Timer:
         return Timer()

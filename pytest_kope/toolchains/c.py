@@ -21,7 +21,7 @@ from ..candidate import Candidate
 from ..errors import BuildError, ConfigError, SpecError
 from ..hardware import cpu_fingerprint
 from ..spec import FLAGS, KernelSpec, Scalar, bake_defaults
-from . import tools
+from . import sanitize, tools
 from .base import (
     IN,
     INOUT,
@@ -177,8 +177,21 @@ class CToolchain(ToolchainBase):
         for proto in spec.kernels:
             name, _, dtypes = parse_prototype(proto)
             checks[name] = _argument_check(name, args[name], dtypes)
-        load = {"kind": "cffi", "library": str(lib), "prototypes": list(spec.kernels), "names": list(args)}
-        return Served(load, args, readable=(lib.parent,), checks=checks, build_log=log)
+        load: dict[str, Any] = {
+            "kind": "cffi", "library": str(lib), "prototypes": list(spec.kernels), "names": list(args)
+        }  # fmt: skip
+        if not sanitize.wanted():
+            return Served(load, args, readable=(lib.parent,), checks=checks, build_log=log)
+        env, reports = sanitize.served(self.cc if Path(candidate.filename).suffix == ".c" else self.cxx)
+        load["sanitize"] = True
+        return Served(
+            load, args, (lib.parent,), (reports,), checks=checks, build_log=log, environment=env, reports=reports
+        )
+
+    @property
+    def sanitize_env(self) -> str | None:
+        """`sanitize.ENV` where the compiler has the sanitizers' runtime (a sanitized server preloads it)."""
+        return sanitize.ENV if sanitize.runtime(self.cc) is not None else None
 
     # The judge's build cache: a build step compiles (never loads) into its own dir, and the
     # controller moves `build_key`'s entry into the run's cache once the step's process is gone.
@@ -218,7 +231,7 @@ class CToolchain(ToolchainBase):
     def _screen_library(self, lib: Path) -> list[str]:
         if os.environ.get(BINARY_SCREEN_ENV, "1") == "0":
             return []
-        return screen_library(lib, self.allow_symbols)
+        return screen_library(lib, self.allow_symbols + (sanitize.SYMBOLS if sanitize.wanted() else ()))
 
     def command(
         self, candidate: Candidate, src: Path, out: Path, spec: KernelSpec | None = None
@@ -235,7 +248,8 @@ class CToolchain(ToolchainBase):
         includes = [f"-I{d}" for d in spec.include_dirs] if spec else []
         companions = list(spec.companions) if spec else []
         return [
-            cc, *BASE_FLAGS, *_C_STD.get(suffix, []), *flags, *self.target_flags, *defines, *includes,
+            cc, *BASE_FLAGS, *_C_STD.get(suffix, []), *flags, *self.target_flags,
+            *(sanitize.FLAGS if sanitize.wanted() else ()), *defines, *includes,
             str(src), *companions, "-o", str(out), "-lm",
         ]  # fmt: skip
 

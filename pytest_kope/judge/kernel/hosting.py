@@ -46,13 +46,14 @@ def serve(tc: Toolchain, candidate: Candidate, interface: Any, build_dir: Path, 
     jail = sandbox.bubblewrap()[0] if os.environ.get(JAIL_ENV) != "0" else None
     jit = os.environ.get(tc.jit_cache_env) if tc.jit_cache_env else None
     load = {**served.load, "fpstate_lib": str(helper) if helper else None}
-    env = server_environment(tc.jit_cache_env)
+    env = {**server_environment(tc.jit_cache_env), **served.environment}
     readable = [*served.readable, *((helper.parent,) if helper else ())]
-    writable = [Path(jit)] if jit else []
+    writable = [*([Path(jit)] if jit else []), *served.writable]
     if jail:  # the jail shows each folder at a path of its own, naming nothing of the host
         shown = {str(p): f"/kope/r{i}" for i, p in enumerate(readable)}
         shown.update({str(p): f"/kope/w{i}" for i, p in enumerate(writable)})
         load = {k: _moved(v, shown) for k, v in load.items()}
+        env.update({k: _moved_within(v, shown) for k, v in served.environment.items()})
         if jit and tc.jit_cache_env:
             env[tc.jit_cache_env] = shown[jit]
         readable_in: list[Path | tuple[Path, str]] = [(p, shown[str(p)]) for p in readable]
@@ -64,7 +65,9 @@ def serve(tc: Toolchain, candidate: Candidate, interface: Any, build_dir: Path, 
         readable_in, writable_in = list(readable), list(writable)
     groups = cgroups.make()
     timeout = float(os.environ.get(CALL_TIMEOUT_ENV, "0")) or None
-    confinement = Confinement(jail, readable_in, writable_in, served.modules, groups, call_timeout_s=timeout)
+    confinement = Confinement(
+        jail, readable_in, writable_in, served.modules, groups, call_timeout_s=timeout, reports=served.reports
+    )
     try:
         server, answer = KernelProcess.start(load, confinement, env)
     except KernelError as e:
@@ -116,6 +119,13 @@ def _moved(value: Any, shown: dict[str, str]) -> Any:
         for host, inside in shown.items():
             if value == host or value.startswith(host + "/"):
                 return inside + value[len(host) :]
+    return value
+
+
+def _moved_within(value: str, shown: dict[str, str]) -> str:
+    """Every host path inside a variable's value (`log_path=/host/dir/file:...`) as the jail shows it."""
+    for host, inside in shown.items():
+        value = value.replace(host + "/", inside + "/")
     return value
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import os
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -44,6 +45,7 @@ class Confinement:
     modules: tuple[str, ...] = ()
     cgroups: Sequence[Path] = ()
     call_timeout_s: float | None = None
+    reports: Path | None = None  # where a sanitizer's runtime in the server writes what it found
 
 
 @dataclass
@@ -248,15 +250,16 @@ class KernelProcess:
             return alive
         if self.confinement.bwrap and 128 < code < 128 + 65:  # bwrap: its child's death by signal N
             code = -(code - 128)
+        reported = _reported(self.confinement.reports)
         if code >= 0:
-            return f"the kernel process exited with status {code}"
+            return f"the kernel process exited with status {code}{reported}"
         sig = signal.Signals(-code)
         why = {
             signal.SIGSYS: " (a system call the jail forbids: sockets, new processes, tracing, signals to "
             "other processes, executable memory)",
             signal.SIGKILL: " (out of memory, or killed)",
         }.get(sig, "")
-        return f"the kernel process was killed by {sig.name}{why}"
+        return f"the kernel process was killed by {sig.name}{why}{reported}"
 
     def close(self) -> None:
         """Kill the server (a stopped one too) and everything in its jail."""
@@ -269,6 +272,25 @@ class KernelProcess:
         self.proc.wait()
         for channel in self.channels:
             channel.close()
+
+
+def _reported(folder: Path | None, lines: int = 4) -> str:
+    """The first lines of what a sanitizer's runtime reported before the server died ("" if nothing):
+    its error, the access and the kernel's frame (the frames below it, addresses without symbols in
+    the interpreter, say nothing more)."""
+    found = sorted(folder.iterdir()) if folder is not None and folder.is_dir() else []
+    for path in found:  # the server could write here: no link is followed, no more than 64 KiB read
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            continue
+        with os.fdopen(fd, "rb") as f:
+            text = f.read(1 << 16).decode(errors="replace").splitlines() if stat.S_ISREG(os.fstat(fd).st_mode) else []
+        said = [line.strip() for line in text if line.strip(" =")]
+        said = [line for line in said if not line.startswith("#") or line.startswith("#0 ")]
+        if said:
+            return ": " + " | ".join(said[:lines])
+    return ""
 
 
 def _signal(pid: int, sig: int) -> None:

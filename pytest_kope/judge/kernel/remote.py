@@ -22,6 +22,7 @@ import numpy as np
 
 from ...errors import GuardViolation
 from ...toolchains.base import Arg
+from . import callmodes
 from .process import KernelProcess
 
 
@@ -47,9 +48,9 @@ class Forwarded:
             for view, value in staged:
                 _copy(view, value)
             try:
-                answer = self.server.ask(
-                    {"op": "call", "fn": self.name, "args": described, "check": self.fp_check}, on=channel
-                )
+                request = {"op": "call", "fn": self.name, "args": described, "check": self.fp_check}
+                modes = callmodes.current()  # the caller's torch modes, made the call's in the server
+                answer = self.server.ask({**request, "modes": modes} if modes else request, on=channel)
             finally:
                 for view, value in staged:  # even after a failure: what the call left is what it left
                     _copy(value, view)

@@ -21,9 +21,11 @@ import os
 import sys
 import threading
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
+from . import callmodes, redzones
 from .wire import Channel, Closed
 
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE = 1, 4
@@ -40,6 +42,7 @@ class Server:
         self.convert: Callable[[dict[str, Any]], Any] = self._pointer
         self.snapshot: Any = None  # procstate.Snapshot after loading: what calls must leave as it was
         self.fp_checked = False
+        self.sanitized = False  # every array copied into memory the sanitizer watches (`redzones`)
 
     # -- loading ------------------------------------------------------------------------------------
     def load(self, spec: dict[str, Any]) -> dict[str, Any]:
@@ -58,6 +61,7 @@ class Server:
             notes.append(why)
         if spec["kind"] == "cffi":
             reentrant = self._load_library(spec)
+            self.sanitized = bool(spec.get("sanitize"))
             if spec.get("seccomp", True) and (why := seccomp.no_new_code()):
                 notes.append(why)
         else:
@@ -150,6 +154,18 @@ class Server:
         count = int(np.prod(arg["shape"], dtype=np.int64))
         return np.frombuffer(mm, dtype=dtype, count=count, offset=arg["off"]).reshape(arg["shape"])
 
+    @contextmanager
+    def arguments(self, args: list[dict[str, Any]]) -> Iterator[list[Any]]:
+        """A call's arguments: in the arena, or for a sanitized kernel, copied out of it (`redzones`)."""
+        if not self.sanitized:
+            yield [self.convert(a) for a in args]
+            return
+        with redzones.copied(args, lambda a: self.maps[a["seg"]][1] + a["off"], self._address) as values:
+            yield values
+
+    def _address(self, address: int) -> Any:
+        return self.ffi.cast("void *", address)
+
     # -- serving --------------------------------------------------------------------------------------
     def handle(self, message: dict[str, Any], fds: list[int]) -> dict[str, Any]:
         op = message["op"]
@@ -165,7 +181,8 @@ class Server:
             return {"ok": True}
         if op == "call":
             fn = self.functions[message["fn"]]
-            fn(*(self.convert(a) for a in message["args"]))
+            with callmodes.entered(message.get("modes")), self.arguments(message["args"]) as values:
+                fn(*values)
             return self._state("fp") if message.get("check") else {"ok": True}
         if op == "sets":  # each argument once, its copies' places in lists
             fn, columns = self.functions[message["fn"]], message["columns"]

@@ -19,6 +19,9 @@ FORBIDDEN_CALLS = (
 )  # fmt: skip
 # `)`, `,` and `}` catch the name used as a value: `(fork)()`, `{fork, ...}`, `f = (fork);`.
 _FORBIDDEN_RE = re.compile(r"\b(" + "|".join(FORBIDDEN_CALLS) + r")\b\s*(\(|;|\[|\)|,|\})")
+# A kernel that asks whether it was built sanitized can be right only where it was (the judge's
+# sanitized run, `toolchains/sanitize.py`): the names it would ask with.
+_SANITIZER_RE = re.compile(r"__SANITIZE_\w+__|\b(address|undefined_behavior)_sanitizer\b|\b__(asan|ubsan|sanitizer)_\w*")
 _ASM_SYSCALL_RE = re.compile(r"\b(__asm__|asm)\b\s*(volatile\s*|__volatile__\s*)?\(\s*\"[^\"]*\bsyscall\b")
 # Flags a candidate may choose: optimization, target, code-generation and warning switches. Nothing that
 # loads code into the compiler (-fplugin), reads other files (-include, -I, @file, -specs) or links.
@@ -26,8 +29,8 @@ _ALLOWED_FLAG = re.compile(
     r"^-(O[0-3sz]?|Ofast|march=[\w.-]+|mtune=[\w.-]+|m[\w-]+(=[\w.,-]+)?|f[\w-]+(=[\w.,-]+)?"
     r"|W[\w-]*(=[\w-]+)?|g\d?|std=[\w+]+|D\w+(=[\w.-]*)?|U\w+|pipe|funroll-loops)$"
 )
-_DENIED_FLAG = re.compile(
-    r"^-f(plugin|profile|auto-profile|debug-prefix-map|file-prefix-map|record|dump|stack-usage)"
+_DENIED_FLAG = re.compile(  # sanitize: the judge's own sanitized build (`toolchains/sanitize.py`) only
+    r"^-f(plugin|profile|auto-profile|debug-prefix-map|file-prefix-map|record|dump|stack-usage|sanitize)"
 )
 _CHAR_PREFIXES = ("L", "u", "U", "u8")
 
@@ -110,6 +113,8 @@ def screen_c_source(text: str) -> list[str]:
     ]
     if _ASM_SYSCALL_RE.search(stripped):
         reasons.append("issues a raw syscall from inline assembly")
+    if found_sanitizer := _SANITIZER_RE.search(stripped):
+        reasons.append(f"names {found_sanitizer.group(0)} (a kernel may not ask whether it runs sanitized)")
     return reasons
 
 
