@@ -69,6 +69,7 @@ class Judged:
     fault: str = field(default="", repr=False)  # lost to the machinery (InfrastructureFault): no verdict
     # the loosest norm-wise bound its tests' assert_close calls set, and the largest error they saw
     asserted: tuple[float, float] | None = field(default=None, repr=False)
+    bar: str = field(default="", repr=False)  # the tolerance its outputs were held to, and whence (the report's)
 
     def add_time(self, other: Judged) -> None:
         """Count another child's wall time and phases in this verdict (one candidate, several children)."""

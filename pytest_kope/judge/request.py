@@ -42,6 +42,7 @@ class JudgeRequest:
     record_inputs: bool = True  # a fork server keeps a perf test's inputs for the children it forks
     environment: str = USER  # correctness: the environment it is judged in
     shrink: Shrink | None = None
+    sanitize: bool = False  # build and serve the candidate with the sanitizers (`toolchains/sanitize.py`)
     key_fd: int | None = None  # a fresh child reads its signing key from this pipe
 
     @property

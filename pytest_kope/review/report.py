@@ -113,6 +113,7 @@ def _entry(j: Judged) -> CandidateEntry:
         "time_s": j.time_s,
         "failures": [f[:500] for f in j.failures[:3]],
         "notes": j.notes[:3],
+        "bar": j.bar,
     }
 
 

@@ -43,6 +43,7 @@ class CandidateEntry(TypedDict):
     time_s: float | None
     failures: list[str]
     notes: list[str]
+    bar: str  # the tolerance its outputs were held to, and whence ("": not known, e.g. judged before)
 
 
 class MachineBusy(TypedDict):

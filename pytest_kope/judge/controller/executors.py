@@ -155,7 +155,8 @@ def judge_on_this_node(job: Job, replay: dict[str, bytes] | None) -> Ran:
         launcher.fresh_processes()
         own = {k: os.environ[k] for k in job.node_env if k in os.environ}
         environment = spec.environment
-        env = {**launcher.child_env(work, None, environment, cached=False), **job.env, **own}
+        made = launcher.child_env(work, None, environment, cached=False, sanitize=spec.sanitize)
+        env = {**made, **job.env, **own}
         env.update(environments.settings(environment, env))  # oversubscribed over the shipped thread count
         began = time.monotonic()
         finished = launcher.run_fresh(spec, env, job.key, work, None)

@@ -59,6 +59,7 @@ class Request:
     environment: str = environments.USER  # correctness: where it is judged (`environments.py`)
     shrink: str | None = None  # a drawn call to shrink (`draws.py`) instead of replaying, against `oracle`
     oracle: Candidate | None = None
+    sanitize: bool = False  # built and served with the sanitizers (`toolchains/sanitize.py`)
 
 
 class Launcher:
@@ -142,7 +143,9 @@ class Launcher:
             into = (work / "recorded" if server else record) if record else None
             spec = self._spec(request, work, into)
             timing = request.reference is not None
-            env = self.child_env(work, request.device, request.environment, cached=server is not None)
+            env = self.child_env(
+                work, request.device, request.environment, cached=server is not None, sanitize=request.sanitize
+            )
             jit = self._jit_cache(request.candidate) if server is None else None
             if jit is not None:
                 env[str(plan.jit_cache_env)] = str(jit)
@@ -221,13 +224,18 @@ class Launcher:
             record_inputs=plan.record_inputs,
             environment=request.environment,
             shrink=Shrink(request.shrink, request.oracle) if request.shrink and request.oracle else None,
+            sanitize=request.sanitize,
         )
 
-    def child_env(self, work: Path, device: int | None, environment: str, cached: bool) -> dict[str, str]:
+    def child_env(
+        self, work: Path, device: int | None, environment: str, cached: bool, sanitize: bool = False
+    ) -> dict[str, str]:
         """What a judging child's environment adds to the scrubbed one (on the node it runs on): the
         toolchain's settings, then the user's threading variables (theirs win, as in a plain run),
-        then what `environment` changes (`environments.py`)."""
+        then what `environment` changes (`environments.py`); with `sanitize`, the toolchain's switch
+        that builds and serves its kernels sanitized."""
         plan = self.plan
+        sanitized = {plan.sanitize_env: "1"} if sanitize and plan.sanitize_env else {}
         users = {**plan.toolchain_env, **environments.settings(environment)}
         env = {
             **plan.toolchain_env,
@@ -240,6 +248,7 @@ class Launcher:
             hosting.ENV: "1",  # its kernels run in kernel servers, never in the child itself
             hosting.CALL_TIMEOUT_ENV: str(plan.limits.wall_s),
             tools.JAIL_ENV: "1" if sandbox.bubblewrap()[0] else "0",  # a build step's compiler, jailed
+            **sanitized,
         }
         if cached and self.cache is not None:
             env.update(self.cache.env())

@@ -40,6 +40,12 @@ class Recording:
         """Whether anything in the folder was written, added, removed or replaced since it was taken."""
         return stamp(self.folder) != self.stamp
 
+    def relaxed(self, rtol: float) -> tuple[int, float]:
+        """On how many calls the committed kernel's own error (`noise.py`) widens the bar `rtol` by a
+        tenth of it or more, and the most it widens it on any call."""
+        errors = [float(e.get("own_error", 0.0)) for e in (*self.manifest, *self.drawn_manifest)]
+        return sum(e >= rtol / 10 for e in errors), max(errors, default=0.0)
+
     def compare(self, outputs: Path, rtol: float) -> list[str]:
         """Where a candidate's replayed outputs differ from the committed kernel's, on the tests' calls
         and then on the drawn ones."""

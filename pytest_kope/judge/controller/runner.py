@@ -36,6 +36,8 @@ from .launch import Launcher, Request
 from .recording import Recording
 from .verdict import interpret  # noqa: F401 - the verdict's old home
 
+SANITIZED = "built with -fsanitize=address,undefined"
+
 
 @dataclass(kw_only=True)
 class Plan:
@@ -65,6 +67,7 @@ class Plan:
     node: Any = None  # a NodeReservation shared by operators judged concurrently on this machine
     timing_slots: queue.Queue[int | None] | None = None  # devices shared by those operators' timings
     jail_required: bool = False  # candidates of this run run only jailed (checked where they run)
+    sanitize_env: str | None = None  # the toolchain's switch for a sanitized child (None: none is run)
 
 
 class Judge:
@@ -180,13 +183,31 @@ class Judge:
             judged = self._everywhere(
                 candidate, self._draw_seeds(), device, forgive=self.committed is not None
             )
+            if judged.outcome.correct and not judged.differential and self.plan.sanitize_env:
+                self._sanitized(judged, device)
         except InfrastructureFault as e:  # the machinery's failure: no verdict on the candidate
             return Judged(candidate, Outcome.RUNTIME_FAILED, failures=[str(e)], fault=str(e))
         if judged.outcome.correct and judged.differential:
             judged.outcome = Outcome.INCORRECT
             judged.failures = judged.differential[:3]
             self._shrink(judged, device)
+        judged.bar = self.bar()
         return judged
+
+    def _sanitized(self, judged: Judged, device: int | None) -> None:
+        """A candidate that passed runs its correctness tests and the recorded calls once more, built
+        and served with AddressSanitizer and UndefinedBehaviorSanitizer (`toolchains/sanitize.py`), in
+        a child of its own: what the sanitizers report fails it, with their first lines."""
+        seed = self._draw_seeds()[:1]
+        once = self._child(Request(judged.candidate, self.plan.correctness, seed, device=device, sanitize=True))
+        if once.outcome == Outcome.INCORRECT and once.failed_runs:
+            self._forgive_flaky(once, device, environments.USER)
+        judged.add_time(once)
+        judged.phases["sanitized"] = judged.phases.get("sanitized", 0.0) + once.seconds
+        found = once.failures if not once.outcome.correct else once.differential
+        if found:
+            judged.outcome = once.outcome if not once.outcome.correct else Outcome.INCORRECT
+            judged.failures = [f"{SANITIZED}: {f}" for f in found[:3]]
 
     def _shrink(self, judged: Judged, device: int | None) -> None:
         """A failure on a drawn call gets the minimal input Hypothesis shrinks it to, in a child holding
@@ -326,7 +347,21 @@ class Judge:
 
     @property
     def rtol(self) -> float:
-        return self.plan.operator.rtol or DEFAULT_RTOL
+        """The bar every output check uses: the repo's own precision (`arrays.timed_rtol`), the same
+        for the replayed and drawn calls as for the timed ones."""
+        return self.timed_rtol[0]
+
+    def bar(self) -> str:
+        """Which bar judged a candidate, in one line (the report gives it beside each verdict)."""
+        rtol, source = self.timed_rtol
+        relaxed = self.recording.relaxed(rtol) if self.recording is not None else (0, 0.0)
+        said = f"rtol {rtol:.3g}, {source}"
+        if relaxed[0]:
+            said += (
+                f"; on {relaxed[0]} call(s) relaxed by the committed kernel's own error there"
+                f" (at most {relaxed[1]:.3g})"
+            )
+        return said
 
     def _compare(self, events: list[dict[str, Any]], recording: Recording, outputs: Path) -> list[str]:
         """The differential check's findings, decided here from the candidate's outputs alone."""
