@@ -12,6 +12,7 @@ import secrets
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ import numpy as np
 
 from ...toolchains.base import KernelFunction
 from .. import arrays
-from . import callfiles
+from . import callfiles, large, noise, torchmodes
 from .draws import (
     DRAW_S,
     GRAD_MODES,
@@ -31,6 +32,7 @@ from .draws import (
     Drawn,
     Plan,
     call_arguments,
+    outputs_on,
     plan,
     strategy,
     written_outputs,
@@ -72,12 +74,15 @@ def draw(p: Plan, fn: KernelFunction) -> list[tuple[Drawn, dict[int, np.ndarray]
         values = call_arguments(p, fn, drawn)
         called = time.perf_counter()
         fn.raw(*values)
-        took = time.perf_counter() - called
+        took = time.perf_counter() - called  # what a candidate's replay of the call costs, about
         outputs = written_outputs(fn, values)
         assume(outputs is not None)  # the oracle itself breaks here: nothing to hold a candidate to
         assert outputs is not None
-        kept.append((drawn, outputs))
+        own = noise.own_error(lambda moved: outputs_on(p, fn, replace(drawn, inputs=moved)), drawn.inputs, outputs)
+        assume(own is not None)  # not robust to its inputs' rounding: no answer to hold a candidate to
         spent[0] += took
+        drawn.own_error = own or 0.0
+        kept.append((drawn, outputs))
 
     try:
         search()
@@ -116,8 +121,12 @@ def write(calls: list[Any], folder: Path) -> list[str]:
                     continue
                 plans[name] = p.to_json()
                 kept.sort(key=lambda k: sum(x.size for x in k[0].inputs.values()))
+                fn = mine[0].function
                 for drawn, outputs in kept:
-                    manifest.append(_entry(p, drawn, outputs, len(manifest), stream, folder))
+                    mode, outputs = _in_mode(p, fn, drawn, outputs, len(manifest))
+                    manifest.append(_entry(p, drawn, outputs, len(manifest), stream, folder, mode))
+                for drawn, outputs in large.calls(p, fn, [c.scalars for c in mine]):
+                    manifest.append(_entry(p, drawn, outputs, len(manifest), stream, folder, is_large=True))
     finally:
         stream.close()
     (folder / "manifest.json").write_text(json.dumps(manifest))
@@ -132,19 +141,44 @@ def _by_function(calls: list[Any]) -> Iterator[tuple[str, list[Any]]]:
     yield from names.items()
 
 
+def _in_mode(
+    p: Plan, fn: KernelFunction, drawn: Drawn, outputs: dict[int, np.ndarray], n: int
+) -> tuple[str, dict[int, np.ndarray]]:
+    """The torch mode drawn call `n` is made in (the modes in turn, for torch kernels) and the
+    committed kernel's outputs in it; the default where it fails in that mode (not supported)."""
+    mode = GRAD_MODES[n % len(GRAD_MODES)] if torchmodes.is_torch(p.kinds) else "default"
+    if mode == "default":
+        return mode, outputs
+    values = call_arguments(p, fn, drawn)
+    values = torchmodes.prepared(values, list(drawn.inputs), mode)
+    try:
+        with torchmodes.entered(mode, values):
+            fn.raw(*values)
+    except Exception:  # the committed kernel does not support the mode: not held against a candidate
+        return "default", outputs
+    found = written_outputs(fn, values)
+    return (mode, found) if found is not None else ("default", outputs)
+
+
 def _entry(
-    p: Plan, drawn: Drawn, outputs: dict[int, np.ndarray], n: int, stream: callfiles.Stream, folder: Path
+    p: Plan,
+    drawn: Drawn,
+    outputs: dict[int, np.ndarray],
+    n: int,
+    stream: callfiles.Stream,
+    folder: Path,
+    mode: str = "default",
+    is_large: bool = False,
 ) -> dict[str, Any]:
     key = f"d{n}"
     for i, x in drawn.inputs.items():
         stream.write(f"{key}-a{i}", x)
     np.savez(folder / "expected" / f"{key}.npz", **{f"a{i}": o for i, o in outputs.items()})  # type: ignore[arg-type]
-    torch = any(k.startswith("torch") for k in p.kinds.values())
     return {
         "key": key,
         "function": p.function,
-        "test": TEST,
-        "transform": f"drawn input #{n} ({drawn.summary})",
+        "test": large.TEST if is_large else TEST,
+        "transform": f"{'large' if is_large else 'drawn'} input #{n} ({drawn.summary})",
         "inputs": {str(i): [list(x.shape), x.dtype.str] for i, x in drawn.inputs.items()},
         "outputs": {str(i): [list(o.shape), o.dtype.str] for i, o in outputs.items()},
         "scalars": {str(i): v for i, v in drawn.scalars.items()},
@@ -152,8 +186,9 @@ def _entry(
         "repeats": 1,
         "input_peak": drawn.peak,
         "concurrent": False,
-        "grad_mode": GRAD_MODES[n % len(GRAD_MODES)] if torch else "default",
+        "grad_mode": mode,
         "choices": drawn.choices,
+        "own_error": drawn.own_error,
     }
 
 
@@ -200,7 +235,7 @@ def shrink(
             # the floor the differential check forgave when it found this call: a smaller input must
             # differ beyond rounding too, or the shrink ends on a call only rounding tells apart
             floor = arrays.rounding_floor(drawn.peak, read, written, w.dtype) if w.dtype.kind == "f" else 0.0
-            why = arrays.mismatch(got, w, rtol, floor)
+            why = arrays.mismatch(got, w, rtol + float(entry.get("own_error", 0.0)), floor)
             if why:
                 smallest.append(f"{p.function}({drawn.summary}): output #{i}: {why}")
                 raise AssertionError(why)

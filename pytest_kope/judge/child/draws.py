@@ -4,9 +4,14 @@ In the committed kernel's recording child, each kernel function whose buffers' s
 integer arguments on every recorded call (`shapes.py`) gets new calls: sizes the tests never use
 (larger, odd, prime, one), floating inputs whose magnitudes are drawn over a continuous range
 (10**(c ± s), c in [-3, 3], s up to 3 decades, at random or rising along the buffer so one call
-sweeps every band; signs, zeros) and special values (subnormals, signed zeros, large), in
-the domain the recorded inputs show (non-negative, positive, integer-valued). A call is kept only
-where the committed kernel writes every output and stays finite. Kept calls are written like the
+sweeps every band; signs, zeros), special values (subnormals, signed zeros, large) and the structure
+users' inputs have (`structure.py`: equal rows, zero and constant blocks, -inf masks, NaN, +-inf,
+denormals), in the domain the recorded inputs show (non-negative, positive, integer-valued); every
+floating scalar argument varied within two decades of its recorded values (an `eps` the tests fix is
+one a kernel may ignore). A call is kept only where the committed kernel writes every output, stays
+finite, and stays so when its inputs move by their rounding (`noise.py`, whose measure of the
+committed kernel's own error on the call goes with it). A few calls larger than any drawn here
+follow (`large.py`). Kept calls are written like the
 recorded ones (`differential.py`, folder `draws/`): candidates replay them in their own child and
 the controller compares, so the decision stays out of the candidate's reach.
 
@@ -20,14 +25,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 
 from ...toolchains.base import IN, OUT, SCALAR, KernelFunction
 from .. import arrays
-from . import shapes
+from . import shapes, structure, torchmodes
 
 MAX_ELEMENTS = 1 << 18  # per buffer of a drawn call: a call stays cheap to replay
 MAX_KEPT = 150  # drawn calls kept per function
@@ -35,7 +40,8 @@ KEPT_KERNEL_S = 0.1  # the committed kernel's time over one function's kept call
 DRAW_S = 5.0  # the recording child's wall time drawing for one function, at most
 MAX_EXAMPLES = 600  # Hypothesis examples tried per function (many are filtered out)
 SHRINK_S = 3.0  # the failing child's wall time shrinking
-GRAD_MODES = ("default", "no_grad", "inference_mode")  # torch kernels are called in each, in turn
+GRAD_MODES = torchmodes.MODES  # torch kernels are called in each, in turn
+SCALAR_DECADES = 2.0  # a floating scalar argument is drawn this many decades around its recorded values
 TEST = "no test (drawn by Hypothesis)"
 
 
@@ -61,6 +67,7 @@ class Plan:
     buffers: dict[int, Buffer]  # floating inputs
     outputs: dict[int, str]  # OUT arguments -> dtype
     kinds: dict[int, str]
+    ranges: dict[int, list[float]] = field(default_factory=dict)  # floating scalars -> [low, high]
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -76,6 +83,7 @@ class Plan:
             {int(k): Buffer(**v) for k, v in data["buffers"].items()},
             _ints(data["outputs"]),
             _ints(data["kinds"]),
+            _ints(data.get("ranges", {})),
         )
 
     @property
@@ -107,6 +115,7 @@ def plan(calls: list[Any]) -> Plan | str:
         buffers[i] = _buffer(dtype, [c.inputs[i] for c in calls])
     sizes = {j: _sizes([c.scalars[j] for c in calls]) for j in rules.varying}
     fixed = {i: sorted({c.scalars[i] for c in calls}) for i in calls[0].scalars if i not in sizes}
+    ranges = {i: r for i, values in fixed.items() if (r := _range(values))}
     outputs = {i: d for i, (_, d) in calls[0].outputs.items()}
     if any(a.role == OUT for a in fn.args) and not outputs:
         return "no output was recorded"
@@ -119,12 +128,30 @@ def plan(calls: list[Any]) -> Plan | str:
         buffers,
         outputs,
         dict(calls[0].kinds),
+        ranges,
     )
+
+
+def _range(values: list[Any]) -> list[float] | None:
+    """[low, high] a floating scalar is drawn from: SCALAR_DECADES around its recorded magnitudes, its
+    sign kept; None for other scalars, or recorded values of both signs or zero (nothing to scale)."""
+    if not values or not all(type(v) is float for v in values):
+        return None
+    if not (all(v > 0 for v in values) or all(v < 0 for v in values)):
+        return None
+    low, high = min(abs(v) for v in values), max(abs(v) for v in values)
+    sign = 1.0 if values[0] > 0 else -1.0
+    return [sign * low / 10**SCALAR_DECADES, sign * high * 10**SCALAR_DECADES]
 
 
 def _ints(d: dict[str, Any]) -> dict[int, Any]:
     """JSON's string keys back as argument indices."""
     return {int(k): v for k, v in d.items()}
+
+
+def domain_of(x: np.ndarray) -> str:
+    """The domain a recorded floating input's values show ("any", "nonneg", "positive", "integer")."""
+    return _buffer(x.dtype, [x]).domain if x.dtype.kind == "f" else "integer"
 
 
 def _buffer(dtype: np.dtype[Any], recorded: list[np.ndarray]) -> Buffer:
@@ -182,6 +209,7 @@ class Drawn:
     choices: list[int]
     summary: str
     peak: float
+    own_error: float = 0.0  # the committed kernel's own error on the call (`noise.py`), once measured
 
 
 def strategy(p: Plan) -> Any:
@@ -201,13 +229,17 @@ def strategy(p: Plan) -> Any:
             scalars[j] = step * (units if which == 0 else special[which - 1])
         for i, values in p.fixed.items():
             scalars[i] = values[pick(0, len(values) - 1) if len(values) > 1 else 0]
+            if i in p.ranges and pick(0, 1):  # 0, what a shrink reaches: a recorded value
+                low, high = p.ranges[i]
+                scalars[i] = low * (high / low) ** (pick(0, 1000) / 1000)
         shaped = _capped(p, scalars)
         assume(shaped is not None)
         assert shaped is not None
         looks = {i: _look(pick, b) for i, b in p.buffers.items()}
         rng = np.random.default_rng(pick(0, (1 << 32) - 1))
-        inputs = {i: _values(rng, b, shaped[i], looks[i]) for i, b in p.buffers.items()}
+        inputs = {i: _values(rng, b, shaped[i], looks[i], _row(p, scalars, i)) for i, b in p.buffers.items()}
         summary = ", ".join(f"#{j}={scalars[j]}" for j in p.sizes)
+        summary += "".join(f", #{j}={scalars[j]:.4g}" for j in p.ranges)
         summary += "".join(f"; input #{i}: {_say(b, looks[i], inputs[i])}" for i, b in p.buffers.items())
         peak = max((_finite_peak(x) for x in inputs.values()), default=0.0)
         return Drawn(scalars, inputs, pick.taken, summary, peak)
@@ -253,7 +285,18 @@ def _look(pick: Choices, b: Buffer) -> dict[str, Any]:
     look["signs"] = ["mixed", "positive", "negative"][pick(0, 2)] if b.domain == "any" else "positive"
     look["zeros"] = b.domain != "positive" and pick(0, 1) == 1
     look["specials"] = [(specials[pick(0, len(specials) - 1)], pick(0, 1 << 20)) for _ in range(pick(0, 3))]
+    kinds = structure.kinds(b.domain)
+    look["structure"] = kinds[max(0, pick(0, 2 * len(kinds) - 2) - len(kinds) + 1)]  # half the calls: none
     return look
+
+
+def _row(p: Plan, scalars: dict[int, int], buffer: int) -> int:
+    """The length of a buffer's rows: its last dimension, or for a flat buffer the last integer
+    argument its size is the product of (what structure in rows means, `structure.py`)."""
+    if buffer in p.dims:
+        return int(p.rules.shape(scalars, buffer)[-1])
+    _, args = p.flat[buffer]
+    return int(scalars[max(args)]) if args else 0
 
 
 def _specials(b: Buffer) -> list[float]:
@@ -268,7 +311,9 @@ def _specials(b: Buffer) -> list[float]:
     return [0.0, -0.0, tiny, -tiny, subnormal, large, -large]
 
 
-def _values(rng: np.random.Generator, b: Buffer, shape: tuple[int, ...], look: dict[str, Any]) -> np.ndarray:
+def _values(
+    rng: np.random.Generator, b: Buffer, shape: tuple[int, ...], look: dict[str, Any], row: int = 0
+) -> np.ndarray:
     n = math.prod(shape)
     if b.domain == "integer":
         values = rng.integers(math.floor(b.low), math.floor(b.high) + 1, n).astype(np.float64)
@@ -283,6 +328,8 @@ def _values(rng: np.random.Generator, b: Buffer, shape: tuple[int, ...], look: d
             values[rng.random(n) < 0.1] = 0.0
         for value, where in look["specials"]:
             values[where % n] = value
+        tiny = float(np.finfo(np.dtype(b.dtype)).tiny)
+        structure.apply(values, row, look.get("structure", structure.NONE), rng, tiny)
     return values.astype(np.dtype(b.dtype)).reshape(shape)
 
 
@@ -294,7 +341,9 @@ def _say(b: Buffer, look: dict[str, Any], x: np.ndarray) -> str:
         f"{x.size} values, |x| = 10^({look['centre']:g} {spread} {look['spread']:g}), {look['signs']} signs"
     )
     said += ", 10% zeros" if look["zeros"] else ""
-    return said + "".join(f", x[{w % x.size}] = {v:g}" for v, w in look["specials"])
+    said += "".join(f", x[{w % x.size}] = {v:g}" for v, w in look["specials"])
+    kind = look.get("structure", structure.NONE)
+    return said + (f", {kind}" if kind != structure.NONE else "")
 
 
 def _finite_peak(x: np.ndarray) -> float:
@@ -331,3 +380,10 @@ def written_outputs(fn: KernelFunction, values: tuple[Any, ...]) -> dict[int, np
                 return None
             out[i] = h
     return out
+
+
+def outputs_on(p: Plan, fn: KernelFunction, drawn: Drawn) -> dict[int, np.ndarray] | None:
+    """The committed kernel's written, finite outputs on a drawn call (None: some are not)."""
+    values = call_arguments(p, fn, drawn)
+    fn.raw(*values)
+    return written_outputs(fn, values)

@@ -51,7 +51,7 @@ class Child:
         switches = request.guard_switches()
         if switches["record"]:
             from ... import oracle
-            from .differential import Recorder
+            from .recorder import Recorder
 
             self.recorder = Recorder()
             oracle.ASSERTED = []  # the committed kernel's tests: their tolerances are the repo's bar
@@ -172,7 +172,7 @@ class Child:
             from ... import oracle
 
             guards.SWITCHES.recorder = None
-            asserted = [max(pair) for pair in zip(*oracle.ASSERTED, strict=True)] if oracle.ASSERTED else None
+            asserted = oracle.loosest(oracle.ASSERTED or [])
             self.emit(event="recorded", count=self.recorder.write(self.record), asserted=asserted)
         if self.request.shrink is not None and self.replay is not None and not FAILED_BUILDS:
             self._shrink(session)
