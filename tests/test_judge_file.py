@@ -89,3 +89,39 @@ def test_a_wrong_file_exits_1_in_a_repo_whose_graph_knows_a_better_kernel(repo: 
 def attempts(db: Path) -> int:
     with sqlite3.connect(db) as c:
         return int(c.execute("SELECT count(*) FROM attempts").fetchone()[0])
+
+
+SAMPLE_TRITON = SAMPLE.parent / "sample_ops_triton"
+
+
+def _triton_on_cpu() -> bool:
+    import importlib.util
+
+    if importlib.util.find_spec("triton") is None or importlib.util.find_spec("torch") is None:
+        return False
+    from pytest_kope.toolchains.triton import TritonToolchain
+
+    return TritonToolchain().mode() == "interpreter"
+
+
+@pytest.mark.skipif(
+    not _triton_on_cpu(), reason="needs triton and torch, and no GPU (Triton's CPU interpreter)"
+)
+def test_a_triton_file_on_a_cpu_gets_a_correctness_verdict_not_timed(tmp_path: Path) -> None:
+    """Nothing can time Triton's interpreter, yet the file is judged: its tests, the differential
+    check, exit 0 when it is correct and 1 when it is not, "not timed" said in the verdict's line."""
+    repo = tmp_path / "ops"
+    shutil.copytree(SAMPLE_TRITON / "softmax", repo / "softmax")
+    for name in ("pytest.ini", "conftest.py"):
+        shutil.copy(SAMPLE_TRITON / name, repo / name)
+    text = (SAMPLE_TRITON / "softmax" / "softmax.py").read_text()
+    (tmp_path / "honest.py").write_text(text.replace("BLOCK = 1024\n", "BLOCK = 1024  # hand-written\n", 1))
+    (tmp_path / "wrong.py").write_text(text.replace("tl.exp(x - m) * inv", "tl.exp(x - m) * inv * 1.01"))
+    honest = kope_judge(repo, "softmax", str(tmp_path / "honest.py"))
+    last = honest.stdout.strip().splitlines()[-1]
+    assert honest.returncode == 0, honest.stdout[-3000:] + honest.stderr[-2000:]
+    assert last.startswith("kope judge: softmax ") and ": ok: " in last and "; not timed: " in last, last
+    wrong = kope_judge(repo, "softmax", str(tmp_path / "wrong.py"))
+    last = wrong.stdout.strip().splitlines()[-1]
+    assert wrong.returncode == 1, wrong.stdout[-3000:] + wrong.stderr[-2000:]
+    assert ": incorrect: " in last and "; not timed: " in last, last

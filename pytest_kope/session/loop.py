@@ -30,7 +30,7 @@ from ..toolchains import toolchain_of
 from ..toolchains.base import Toolchain, judging_env
 from .ceilings import measure_ceilings, remeasured_ceilings
 from .commit import conclude
-from .decide import judge_batch
+from .decide import judge_batch, judged_only
 from .progress import Progress
 
 if TYPE_CHECKING:
@@ -73,6 +73,7 @@ def plan_for(s: Run, run: OperatorRun) -> tuple[Plan, Toolchain]:
         min_gain=s.settings.min_gain,
         device_env_var=tc.device_env_var,
         jit_cache_env=tc.jit_cache_env,
+        sanitize_env=None if op.own_build else tc.sanitize_env,  # a repo's own build takes no flags of ours
         jail_required=s.agent.needs_jail and not s.settings.allow_unjailed,
     )
     s.concurrency.share(plan)  # the executor and node; timing devices shared by operators at once
@@ -126,6 +127,8 @@ class OperatorLoop:
                 self._resume(p)
                 self._search(p, info)
             else:
+                if self.s.agent.exhaustive:  # a list meant to be judged whole: `kope judge` on a CPU
+                    self._correctness_only(p, info)
                 p.rule.stop(Stop.NOT_TIMED, self.timer.why_not or "no performance test selected")
             why = p.rule.why or stopped(Stop.BUDGET)
             if why["reason"] != Stop.NOT_TIMED:
@@ -334,6 +337,28 @@ class OperatorLoop:
         if self.slot is None:
             return None
         return self.slot.propose_by(room)
+
+    def _correctness_only(self, p: Progress, info: OperatorInfo) -> None:
+        """Where nothing can be timed, candidates of an agent whose list is meant to be judged whole
+        (replay: hand-written files, `kope judge` with a Triton file on a CPU, in the interpreter)
+        still get their correctness verdict, `ok` or a failure, up to the budget; none is timed,
+        crowned or committed, and the stop reason stays `not timed`."""
+        s, agent = self.s, self.s.agent
+        while (left := s.settings.budget - p.rule.evaluations) > 0:
+            ctx = Context(
+                info, self.hw, p.baseline, p.incumbent, p.history, left, self.recaller(), self._seen
+            )
+            batch = [c for c in agent.propose(ctx, min(s.batch(), left)) if not self._seen(c.hash)]
+            if not batch:
+                return
+            began = time.monotonic()
+            judged = judged_only(self.judge.correctness([self._held(c) for c in batch]), self.fault)
+            for j in judged:
+                self.remember(j)
+            p.judged(judged, time.monotonic() - began)
+            agent.observe(ctx, judged)
+            if not judged:
+                return
 
     def _nothing_new(self, agent: Any, proposed: int) -> tuple[Stop, str]:
         """Why an agent proposed nothing: done, or, when it never proposed a candidate for this
