@@ -124,9 +124,11 @@ def write(calls: list[Any], folder: Path) -> list[str]:
                 fn = mine[0].function
                 for drawn, outputs in kept:
                     mode, outputs = _in_mode(p, fn, drawn, outputs, len(manifest))
-                    manifest.append(_entry(p, drawn, outputs, len(manifest), stream, folder, mode))
+                    _write(f"d{len(manifest)}", drawn, outputs, stream, folder)
+                    manifest.append(_entry(p, drawn, outputs, len(manifest), mode))
                 for drawn, outputs in large.calls(p, fn, [c.scalars for c in mine]):
-                    manifest.append(_entry(p, drawn, outputs, len(manifest), stream, folder, is_large=True))
+                    _write(f"d{len(manifest)}", drawn, outputs, stream, folder)
+                    manifest.append(_entry(p, drawn, outputs, len(manifest), is_large=True))
     finally:
         stream.close()
     (folder / "manifest.json").write_text(json.dumps(manifest))
@@ -160,22 +162,18 @@ def _in_mode(
     return (mode, found) if found is not None else ("default", outputs)
 
 
-def _entry(
-    p: Plan,
-    drawn: Drawn,
-    outputs: dict[int, np.ndarray],
-    n: int,
-    stream: callfiles.Stream,
-    folder: Path,
-    mode: str = "default",
-    is_large: bool = False,
-) -> dict[str, Any]:
-    key = f"d{n}"
+def _write(key: str, drawn: Drawn, outputs: dict[int, np.ndarray], stream: callfiles.Stream, folder: Path) -> None:
+    """A drawn call's inputs to the stream candidates replay, its outputs apart (the controller's)."""
     for i, x in drawn.inputs.items():
         stream.write(f"{key}-a{i}", x)
     np.savez(folder / "expected" / f"{key}.npz", **{f"a{i}": o for i, o in outputs.items()})  # type: ignore[arg-type]
+
+
+def _entry(
+    p: Plan, drawn: Drawn, outputs: dict[int, np.ndarray], n: int, mode: str = "default", is_large: bool = False
+) -> dict[str, Any]:
     return {
-        "key": key,
+        "key": f"d{n}",
         "function": p.function,
         "test": large.TEST if is_large else TEST,
         "transform": f"{'large' if is_large else 'drawn'} input #{n} ({drawn.summary})",

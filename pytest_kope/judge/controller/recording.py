@@ -56,6 +56,16 @@ class Recording:
         )
 
 
+def said_bar(rtol: float, source: str, recording: Recording | None) -> str:
+    """The bar a candidate was judged at and whence, in one line, with how far the committed
+    kernel's own error relaxed it on the recorded and drawn calls."""
+    relaxed, most = recording.relaxed(rtol) if recording is not None else (0, 0.0)
+    said = f"rtol {rtol:.3g}, {source}"
+    if relaxed:
+        said += f"; on {relaxed} call(s) relaxed by the committed kernel's own error there (at most {most:.3g})"
+    return said
+
+
 def stamp(folder: Path) -> tuple[tuple[str, int, int, int], ...]:
     """Each file's path, inode, size and change time: a write, rename or chmod sets the change time
     to the clock's now, which no unprivileged process can set back (utime sets only the others)."""

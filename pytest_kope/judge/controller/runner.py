@@ -33,7 +33,7 @@ from ..child import drawing
 from ..outcome import Judged, Outcome
 from . import environments, sandbox
 from .launch import Launcher, Request
-from .recording import Recording
+from .recording import Recording, said_bar
 from .verdict import interpret  # noqa: F401 - the verdict's old home
 
 SANITIZED = "built with -fsanitize=address,undefined"
@@ -354,14 +354,7 @@ class Judge:
     def bar(self) -> str:
         """Which bar judged a candidate, in one line (the report gives it beside each verdict)."""
         rtol, source = self.timed_rtol
-        relaxed = self.recording.relaxed(rtol) if self.recording is not None else (0, 0.0)
-        said = f"rtol {rtol:.3g}, {source}"
-        if relaxed[0]:
-            said += (
-                f"; on {relaxed[0]} call(s) relaxed by the committed kernel's own error there"
-                f" (at most {relaxed[1]:.3g})"
-            )
-        return said
+        return said_bar(rtol, source, self.recording)
 
     def _compare(self, events: list[dict[str, Any]], recording: Recording, outputs: Path) -> list[str]:
         """The differential check's findings, decided here from the candidate's outputs alone."""
