@@ -342,7 +342,7 @@ def test_the_replay_checks_settling_once_for_all_its_calls(tmp_path):
     after the call returned is named, and an honest candidate's outputs are all written."""
     import numpy as np
 
-    from pytest_kope.judge.child import differential, guards
+    from pytest_kope.judge.child import differential, guards, refill
 
     threads: list[threading.Thread] = []
     honest, honest_replay = _scale_functions(False, threads)
@@ -353,9 +353,11 @@ def test_the_replay_checks_settling_once_for_all_its_calls(tmp_path):
             honest(np.arange(n, dtype=np.float32), np.empty(n, dtype=np.float32), n)
     finally:
         guards.SWITCHES.recorder = None
-    assert recorder.write(tmp_path / "recorded") == 2 * len(differential.TRANSFORMS)
+    # each call as tested, transformed, and as a loop on refilled buffers (`refill.py`)
+    per_call = len(differential.TRANSFORMS) + refill.STEPS
+    assert recorder.write(tmp_path / "recorded") == 2 * per_call
     assert differential.replay(tmp_path / "recorded", honest_replay, tmp_path / "honest") == []
-    runs = len(differential.TRANSFORMS) - 1 + differential.RACE_REPEATS
+    runs = per_call - 1 + differential.RACE_REPEATS
     index = json.loads((tmp_path / "honest" / "outputs.json").read_text())  # an entry a run
     assert len(index) == 2 * runs
     problems = differential.replay(tmp_path / "recorded", late_replay, tmp_path / "late")
