@@ -13,7 +13,8 @@ Per attempt (one candidate: correctness, then, if correct, timing against the be
 second look for an undecided gain, as the optimize loop does) the
 seconds are split into: build (compile; the build step or the child's own build), start (process
 start or fork, collection, exit), correctness (the judge's part of the correctness run: pytest's
-protocol, the guards around every kernel call, the differential replay and compare), tests (the
+protocol, the guards around every kernel call, the differential replay and compare), sanitized (a
+passing candidate's child built with -fsanitize=address,undefined, its build included), tests (the
 operator's own test code in it: making inputs, computing references, asserting), timing (the paired
 timing's protocol: inputs, poisoning, output checks), kernel (inside timed windows), verification
 (the winner's fresh re-run, once per operator, spread over a 24-attempt budget; its own compiles and
@@ -58,7 +59,7 @@ from pytest_kope.session.decide import time_and_decide  # noqa: E402
 from pytest_kope.toolchains.base import judging_env  # noqa: E402
 from pytest_kope.toolchains.c import CToolchain  # noqa: E402
 
-PHASES = ["build", "start", "correctness", "tests", "timing", "kernel", "verification", "bookkeeping"]
+PHASES = ["build", "start", "correctness", "sanitized", "tests", "timing", "kernel", "verification", "bookkeeping"]
 MODES = {
     "before": {"fork_server": False, "sequential": False, "record_inputs": False},
     "after, body per child": {"fork_server": True, "sequential": True, "record_inputs": False},
@@ -112,6 +113,7 @@ def plans(repo: Path, names: list[str] | None) -> list[Plan]:
                 correctness=correctness,
                 performance=performance,
                 toolchain_env=judging_env(tc),
+                sanitize_env=tc.sanitize_env,  # as a run's plan: passing candidates are judged sanitized too
             )
         )
     return out

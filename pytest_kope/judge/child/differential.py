@@ -54,8 +54,9 @@ def take_expected(folder: Path) -> dict[str, dict[str, np.ndarray]]:
     return out
 
 
-def replay(folder: Path, functions: Mapping[str, Any], results: Path) -> list[str]:
-    """In a candidate's child: run every recorded input through the candidate's guarded functions.
+def replay(folder: Path, functions: Mapping[str, Any], results: Path, races: bool = True) -> list[str]:
+    """In a candidate's child: run every recorded input through the candidate's guarded functions
+    (`races`: with the overlapping pairs of `overlap.py` where the recording allows them).
 
     Returns the guard violations and errors, one line each; outputs go to `results` as a stream
     (`callfiles`), each named `<key>-<rep>-a<i>`.
@@ -66,20 +67,20 @@ def replay(folder: Path, functions: Mapping[str, Any], results: Path) -> list[st
     try:
         with warnings.catch_warnings(), ThreadPoolExecutor(RACE_REPEATS - 1) as pool:
             warnings.simplefilter("ignore")
-            return _replay(folder, functions, stream, pool)
+            return _replay(folder, functions, stream, pool, races)
     finally:
         stream.close()
 
 
 def _replay(
-    folder: Path, functions: Mapping[str, Any], results: callfiles.Stream, pool: ThreadPoolExecutor
+    folder: Path, functions: Mapping[str, Any], results: callfiles.Stream, pool: ThreadPoolExecutor, races: bool
 ) -> list[str]:
     problems: list[str] = []
     pending: _Pending = []
     settle, held, race_deadline = SettleLater(), 0, time.monotonic() + overlap.RACE_SECONDS
     manifest = json.loads((folder / "manifest.json").read_text())
     recorded = callfiles.read(folder, "inputs", _input_layouts(manifest))
-    racing = overlap.chosen(manifest)
+    racing = overlap.chosen(manifest) if races else set()
     loops: dict[str, tuple[Any, ...]] = {}  # the argument objects of each loop on refilled buffers
     for entry in manifest:
         fn = functions.get(entry["function"])

@@ -199,9 +199,12 @@ class Child:
         except BaseException as e:  # noqa: BLE001 - a failed build is reported by its own event
             self.emit(event="replayed", problems=[f"could not load the candidate: {e}"][:1])
             return
+        # sanitized, the recorded calls once (no overlapping pairs) and no drawn calls: what a memory
+        # error would show in them it shows in the tests' own calls and their replays
+        once = self.request.sanitize
         try:
-            problems = replay(self.replay, kernel._functions, Path("replayed").resolve())
-            if (self.replay / "draws" / "manifest.json").exists():  # calls drawn beyond the tests'
+            problems = replay(self.replay, kernel._functions, Path("replayed").resolve(), races=not once)
+            if not once and (self.replay / "draws" / "manifest.json").exists():  # calls drawn beyond the tests'
                 problems += replay(self.replay / "draws", kernel._functions, Path("replayed/draws").resolve())
         except Exception as e:  # e.g. no thread can start: the candidate's own fork bomb filled the cgroup
             problems = [f"differential check: the replay failed: {type(e).__name__}: {e}"]

@@ -46,12 +46,12 @@ class Recording:
         errors = [float(e.get("own_error", 0.0)) for e in (*self.manifest, *self.drawn_manifest)]
         return sum(e >= rtol / 10 for e in errors), max(errors, default=0.0)
 
-    def compare(self, outputs: Path, rtol: float) -> list[str]:
+    def compare(self, outputs: Path, rtol: float, drawn: bool = True) -> list[str]:
         """Where a candidate's replayed outputs differ from the committed kernel's, on the tests' calls
-        and then on the drawn ones."""
+        and then (`drawn`: the child replayed them) on the drawn ones."""
         return compare(self.manifest, self.expected, outputs, rtol) or (
             compare(self.drawn_manifest, self.drawn_expected, outputs / "draws", rtol)
-            if self.drawn_expected
+            if self.drawn_expected and drawn
             else []
         )
 

@@ -202,7 +202,7 @@ class Judge:
         once = self._child(Request(judged.candidate, self.plan.correctness, seed, device=device, sanitize=True))
         if once.outcome == Outcome.INCORRECT and once.failed_runs:
             self._forgive_flaky(once, device, environments.USER)
-        judged.add_time(once)
+        judged.seconds += once.seconds  # one phase of its own, its build included (the bench shows it apart)
         judged.phases["sanitized"] = judged.phases.get("sanitized", 0.0) + once.seconds
         found = once.failures if not once.outcome.correct else once.differential
         if found:
@@ -340,7 +340,7 @@ class Judge:
         if recording is not None:
 
             def compare(events: list[dict[str, Any]], outputs: Path) -> list[str]:
-                return self._compare(events, recording, outputs)
+                return self._compare(events, recording, outputs, drawn=not request.sanitize)
 
             request = replace(request, replay_from=recording.folder, compare=compare)
         return self.launcher.judge(request)
@@ -356,7 +356,9 @@ class Judge:
         rtol, source = self.timed_rtol
         return said_bar(rtol, source, self.recording)
 
-    def _compare(self, events: list[dict[str, Any]], recording: Recording, outputs: Path) -> list[str]:
+    def _compare(
+        self, events: list[dict[str, Any]], recording: Recording, outputs: Path, drawn: bool = True
+    ) -> list[str]:
         """The differential check's findings, decided here from the candidate's outputs alone."""
         if recording.changed():
             self.spoiled = True
@@ -371,7 +373,7 @@ class Judge:
         )
         if problems:
             return [str(p) for p in problems]
-        return recording.compare(outputs, self.rtol)
+        return recording.compare(outputs, self.rtol, drawn)
 
 
 def _joined(first: Judged, then: Judged) -> Judged:
