@@ -182,10 +182,10 @@ class CToolchain(ToolchainBase):
         }  # fmt: skip
         if not sanitize.wanted():
             return Served(load, args, readable=(lib.parent,), checks=checks, build_log=log)
-        env, reports = sanitize.served(self.cc if Path(candidate.filename).suffix == ".c" else self.cxx)
+        env, reports, runtime = sanitize.served(self.cc if Path(candidate.filename).suffix == ".c" else self.cxx)
         load["sanitize"] = True
         return Served(
-            load, args, (lib.parent,), (reports,), checks=checks, build_log=log, environment=env, reports=reports
+            load, args, (lib.parent, *runtime), (reports,), checks=checks, build_log=log, environment=env, reports=reports
         )
 
     @property

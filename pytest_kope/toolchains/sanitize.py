@@ -23,6 +23,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from ..judge.kernel import jail
+
 ENV = "KOPE_C_SANITIZE"  # "1" in a judging child that builds and serves its C kernels sanitized
 FLAGS = ("-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer")
 SYMBOLS = ("__asan_*", "__ubsan_*")  # what an instrumented library imports from the runtime
@@ -49,11 +51,19 @@ def runtime(cc: str) -> Path | None:
     return path.resolve() if path.is_absolute() and path.exists() else None
 
 
-def served(cc: str) -> tuple[dict[str, str], Path]:
-    """The server's variables that load and set up the runtime, and the folder it reports into."""
+def served(cc: str) -> tuple[dict[str, str], Path, tuple[Path, ...]]:
+    """The server's variables that load and set up the runtime, the folder it reports into (in the
+    judging child's build folder, removed with its work) and the folder the jail must show besides
+    the system's for the runtime (none when it lies in the system's: bubblewrap itself then finds it
+    at the same path)."""
     found = runtime(cc)
     if found is None:
         raise FileNotFoundError(f"{cc} has no AddressSanitizer runtime (libasan.so)")
-    reports = Path(tempfile.mkdtemp(prefix="kope-sanitizer-"))
+    where = os.environ.get("KOPE_BUILD_DIR")
+    if where:
+        Path(where).mkdir(parents=True, exist_ok=True)
+    reports = Path(tempfile.mkdtemp(prefix="kope-sanitizer-", dir=where))
     options = f"{OPTIONS}:log_path={reports}/report"
-    return {"LD_PRELOAD": str(found), "ASAN_OPTIONS": options, "UBSAN_OPTIONS": options}, reports
+    env = {"LD_PRELOAD": str(found), "ASAN_OPTIONS": options, "UBSAN_OPTIONS": options}
+    system = any(str(found).startswith(place + "/") for place in jail.SYSTEM)
+    return env, reports, () if system else (found.parent,)
