@@ -31,13 +31,16 @@ from typing import Any
 
 import numpy as np
 
+from ...errors import KernelDied, KernelTimeout
 from ...toolchains.base import IN, OUT, SCALAR, Arg
 from .. import arrays
 from . import callfiles, overlap, refill, torchmodes
 from .guards import Call, SettleLater
 from .recorder import RACE_REPEATS, TRANSFORMS, Recorded, Recorder
 
-__all__ = ["RACE_REPEATS", "TRANSFORMS", "Recorded", "Recorder", "compare", "replay", "rounding_floor", "take_expected"]
+__all__ = [
+    "RACE_REPEATS", "TRANSFORMS", "Recorded", "Recorder", "ReplayDied", "compare", "replay", "rounding_floor", "take_expected"
+]  # fmt: skip
 
 SETTLE_BATCH_BYTES = 64 << 20  # replay buffers held for one settle check before they are written
 _Pending = list[tuple[dict[str, Any], list[tuple[Any, ...]], list[int]]]  # entry, argument sets, written
@@ -101,12 +104,15 @@ def _replay(
         # the first run alone; the repeats at once, each on its own buffers, where the committed kernel
         # allows it: state shared between OpenMP threads (or calls) is then overwritten for sure
         together = sets[1:] if entry.get("concurrent") else []
-        with torchmodes.entered(entry.get("grad_mode"), sets[0]):  # how users call a torch kernel too
-            errors = _call_all(fn, sets[:1] + ([] if together else sets[1:]))
-        errors += _call_together(fn, together, pool)
-        if entry["key"] in racing and not errors:
-            values_of = functools.partial(_replay_values, fn.function.args, entry)
-            errors = overlap.pairs_agree(fn, values_of, inputs, sets[0], written, pool, race_deadline)
+        try:
+            with torchmodes.entered(entry.get("grad_mode"), sets[0]):  # how users call a torch kernel too
+                errors = _call_all(fn, sets[:1] + ([] if together else sets[1:]))
+            errors += _call_together(fn, together, pool)
+            if entry["key"] in racing and not errors:
+                values_of = functools.partial(_replay_values, fn.function.args, entry)
+                errors = overlap.pairs_agree(fn, values_of, inputs, sets[0], written, pool, race_deadline)
+        except (KernelDied, KernelTimeout) as e:
+            raise ReplayDied(type(e).__name__, f"{_where(entry)}: {type(e).__name__}: {str(e)[:1000]}") from None
         if errors:
             problems.append(f"{_where(entry)}: {errors[0]}")
             continue
@@ -118,6 +124,15 @@ def _replay(
             problems += _settled(settle, pending, results)
             pending, held = [], 0
     return problems + _settled(settle, pending, results)
+
+
+class ReplayDied(Exception):
+    """The candidate's kernel server died or hung in a replayed call: `kind` (KernelDied or
+    KernelTimeout) decides the outcome, `text` names the call."""
+
+    def __init__(self, kind: str, text: str):
+        super().__init__(text)
+        self.kind, self.text = kind, text
 
 
 def _input_layouts(manifest: list[dict[str, Any]]) -> dict[str, callfiles.Layout]:

@@ -12,7 +12,6 @@ import secrets
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -32,9 +31,9 @@ from .draws import (
     Drawn,
     Plan,
     call_arguments,
-    outputs_on,
     plan,
     strategy,
+    with_inputs,
     written_outputs,
 )
 
@@ -78,10 +77,7 @@ def draw(p: Plan, fn: KernelFunction) -> list[tuple[Drawn, dict[int, np.ndarray]
         outputs = written_outputs(fn, values)
         assume(outputs is not None)  # the oracle itself breaks here: nothing to hold a candidate to
         assert outputs is not None
-        own = noise.own_error(lambda moved: outputs_on(p, fn, replace(drawn, inputs=moved)), drawn.inputs, outputs)
-        assume(own is not None)  # not robust to its inputs' rounding: no answer to hold a candidate to
         spent[0] += took
-        drawn.own_error = own or 0.0
         kept.append((drawn, outputs))
 
     try:
@@ -91,7 +87,22 @@ def draw(p: Plan, fn: KernelFunction) -> list[tuple[Drawn, dict[int, np.ndarray]
     except Exception as e:  # Unsatisfiable: no drawn call kept the committed kernel finite
         if not kept:
             raise NoDraws(f"no drawn call kept the committed kernel finite ({type(e).__name__})") from None
-    return kept
+    return _measured(p, fn, kept)
+
+
+def _measured(
+    p: Plan, fn: KernelFunction, kept: list[tuple[Drawn, dict[int, np.ndarray]]]
+) -> list[tuple[Drawn, dict[int, np.ndarray]]]:
+    """The kept calls with the committed kernel's own error on each (`noise.py`), measured after the
+    drawing (its time is not the drawing's); a call whose outputs are not robust to its inputs'
+    rounding is dropped: there is no answer to hold a candidate to."""
+    robust = []
+    for drawn, outputs in kept:
+        own = noise.own_error(with_inputs(p, fn, drawn), drawn.inputs, outputs)
+        if own is not None:
+            drawn.own_error = own
+            robust.append((drawn, outputs))
+    return robust
 
 
 class NoDraws(Exception):

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -387,3 +387,8 @@ def outputs_on(p: Plan, fn: KernelFunction, drawn: Drawn) -> dict[int, np.ndarra
     values = call_arguments(p, fn, drawn)
     fn.raw(*values)
     return written_outputs(fn, values)
+
+
+def with_inputs(p: Plan, fn: KernelFunction, drawn: Drawn) -> Callable[[dict[int, np.ndarray]], dict[int, np.ndarray] | None]:
+    """`outputs_on` a drawn call's arguments with other inputs (what `noise.own_error` calls)."""
+    return lambda moved: outputs_on(p, fn, replace(drawn, inputs=moved))

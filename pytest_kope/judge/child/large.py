@@ -16,15 +16,13 @@ from __future__ import annotations
 import math
 import secrets
 import time
-from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from ...toolchains.base import KernelFunction
 from . import noise, structure
-from .draws import Drawn, Plan, _row, _values, call_arguments, outputs_on, written_outputs
+from .draws import Drawn, Plan, _row, _values, call_arguments, with_inputs, written_outputs
 
 TARGETS = (1 << 19, 1 << 21)  # elements of the largest buffer, about (each replay moves 8 MiB a buffer at most)
 BUDGET_S = 0.15  # the committed kernel's predicted time for one large call, at most
@@ -52,7 +50,7 @@ def calls(p: Plan, fn: KernelFunction, recorded: list[dict[int, Any]]) -> list[t
         last_n = n
         if outputs is None:
             continue  # the committed kernel itself breaks here: nothing to hold a candidate to
-        own = noise.own_error(_on(p, fn, drawn), drawn.inputs, outputs)
+        own = noise.own_error(with_inputs(p, fn, drawn), drawn.inputs, outputs)
         if own is None:
             continue  # the committed kernel itself breaks here: nothing to hold a candidate to
         drawn.own_error = own
@@ -95,11 +93,6 @@ def _drawn(p: Plan, scalars: dict[int, Any], rng: np.random.Generator) -> Drawn:
     summary += "".join(f"; input #{i}: {x.size} values of the recorded magnitude" for i, x in inputs.items())
     peak = max((float(np.abs(x[np.isfinite(x)]).max(initial=0.0)) for x in inputs.values()), default=0.0)
     return Drawn(dict(scalars), inputs, [], summary, peak)
-
-
-def _on(p: Plan, fn: KernelFunction, drawn: Drawn) -> Callable[[dict[int, np.ndarray]], dict[int, np.ndarray] | None]:
-    """The committed kernel's outputs on `drawn`'s call with other inputs (for `noise.own_error`)."""
-    return lambda moved: outputs_on(p, fn, replace(drawn, inputs=moved))
 
 
 def _timed(p: Plan, fn: KernelFunction, drawn: Drawn) -> tuple[dict[int, np.ndarray] | None, float]:

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from ...errors import KernelDied, KernelTimeout
 from ...toolchains.base import IN, OUT, SCALAR
 from .. import arrays
 from .guards import GuardedFunction
@@ -49,9 +50,12 @@ def chosen(manifest: list[dict[str, Any]]) -> set[str]:
 
 
 def call_named(fn: Any, values: tuple[Any, ...]) -> list[str]:
-    """Call a guarded function; what went wrong, named in one line (none: an empty list)."""
+    """Call a guarded function; what went wrong, named in one line (none: an empty list). A kernel
+    server that died or hung is raised on: a crash, not a wrong output (`differential.ReplayDied`)."""
     try:
         fn(*values)
+    except (KernelDied, KernelTimeout):
+        raise
     except Exception as e:  # a guard violation or the kernel's own error: named, and judged
         return [f"{type(e).__name__}: {str(e)[:300]}"]
     return []

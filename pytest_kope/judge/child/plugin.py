@@ -191,7 +191,7 @@ class Child:
     def _replay(self) -> None:
         assert self.replay is not None  # called only with a recording to replay
         from .building import build_cached
-        from .differential import replay
+        from .differential import ReplayDied, replay
 
         self.emit(event="start", test="differential check")
         try:
@@ -201,14 +201,16 @@ class Child:
             return
         # sanitized, the recorded calls once (no overlapping pairs) and no drawn calls: what a memory
         # error would show in them it shows in the tests' own calls and their replays
-        once = self.request.sanitize
+        once, kind = self.request.sanitize, ""
         try:
             problems = replay(self.replay, kernel._functions, Path("replayed").resolve(), races=not once)
             if not once and (self.replay / "draws" / "manifest.json").exists():  # calls drawn beyond the tests'
                 problems += replay(self.replay / "draws", kernel._functions, Path("replayed/draws").resolve())
+        except ReplayDied as e:  # its server died or hung in a call: a crash (or time-out), named
+            problems, kind = [e.text], e.kind
         except Exception as e:  # e.g. no thread can start: the candidate's own fork bomb filled the cgroup
             problems = [f"differential check: the replay failed: {type(e).__name__}: {e}"]
-        self.emit(event="replayed", problems=problems[:5])
+        self.emit(event="replayed", problems=problems[:5], kind=kind)
 
     def _shrink(self, session: pytest.Session) -> None:
         """Shrink a drawn call the controller found the candidate wrong on (`draws.shrink`): the

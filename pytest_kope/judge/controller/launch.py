@@ -198,6 +198,7 @@ class Launcher:
         if request.compare is not None and judged.outcome in (Outcome.OK, Outcome.INCORRECT):
             compared = time.monotonic()
             judged.differential = request.compare(events, work / "replayed")
+            judged.replay_died = next((str(e.get("kind") or "") for e in events if e["event"] == "replayed"), "")
             judged.phases["compare"] = time.monotonic() - compared
         if forged:
             judged.notes.append(f"dropped {forged} unsigned line(s) in the child's results (forged)")

@@ -34,7 +34,7 @@ from ..outcome import Judged, Outcome
 from . import environments, sandbox
 from .launch import Launcher, Request
 from .recording import Recording, said_bar
-from .verdict import interpret  # noqa: F401 - the verdict's old home
+from .verdict import interpret, replay_outcome  # noqa: F401 - interpret: the verdict's old home
 
 SANITIZED = "built with -fsanitize=address,undefined"
 
@@ -188,7 +188,7 @@ class Judge:
         except InfrastructureFault as e:  # the machinery's failure: no verdict on the candidate
             return Judged(candidate, Outcome.RUNTIME_FAILED, failures=[str(e)], fault=str(e))
         if judged.outcome.correct and judged.differential:
-            judged.outcome = Outcome.INCORRECT
+            judged.outcome = replay_outcome(judged.replay_died)
             judged.failures = judged.differential[:3]
             self._shrink(judged, device)
         judged.bar = self.bar()
@@ -206,7 +206,7 @@ class Judge:
         judged.phases["sanitized"] = judged.phases.get("sanitized", 0.0) + once.seconds
         found = once.failures if not once.outcome.correct else once.differential
         if found:
-            judged.outcome = once.outcome if not once.outcome.correct else Outcome.INCORRECT
+            judged.outcome = once.outcome if not once.outcome.correct else replay_outcome(once.replay_died)
             judged.failures = [f"{SANITIZED}: {f}" for f in found[:3]]
 
     def _shrink(self, judged: Judged, device: int | None) -> None:
@@ -382,7 +382,7 @@ def _joined(first: Judged, then: Judged) -> Judged:
     then.add_time(first)
     then.tests_passed = sorted(set(first.tests_passed) & set(then.tests_passed))
     then.notes = first.notes + then.notes
-    then.differential = first.differential + then.differential
+    then.differential, then.replay_died = first.differential + then.differential, then.replay_died or first.replay_died
     then.fixed_inputs = sorted(set(first.fixed_inputs) | set(then.fixed_inputs))
     then.asserted = then.asserted or first.asserted
     return then

@@ -141,6 +141,12 @@ _FAILURE_KINDS = {
 }
 
 
+def replay_outcome(died: str) -> Outcome:
+    """A differential finding's outcome: a crash or a time-out where the candidate's kernel server
+    died or hung in a replayed call (`died`, the typed kind its child sent), else incorrect."""
+    return {"KernelDied": Outcome.CRASHED, "KernelTimeout": Outcome.TIMEOUT}.get(died, Outcome.INCORRECT)
+
+
 def _tail(output: str, n: int = 600) -> str:
     text = output.strip()
     return f"\n{text[-n:]}" if text else ""
