@@ -427,3 +427,61 @@ def test_calls_released_together_expose_state_shared_between_calls(tmp_path):
     assert any(found), found
     named = [p for problems in found for p in problems]
     assert all("two threads at once" in p or "differs" in p for p in named), named
+
+
+ADDRESS_CACHE = C_KERNEL.replace(
+    "void softmax(const float *x, float *y, int rows, int cols) {\n",
+    """static const float *seen;
+static float kept[1 << 16];
+void softmax(const float *x, float *y, int rows, int cols) {
+    if (x == seen) { for (long i = 0; i < (long)rows * cols; i++) y[i] = kept[i]; return; }
+    seen = x;
+    softmax_rows(x, y, rows, cols);
+    for (long i = 0; i < (long)rows * cols; i++) kept[i] = y[i];
+}
+static void softmax_rows(const float *x, float *y, int rows, int cols) {
+""",
+).replace("#include <math.h>\n", "#include <math.h>\nstatic void softmax_rows(const float *, float *, int, int);\n")
+
+
+def test_a_loop_on_refilled_buffers_names_a_cache_kept_by_address(tmp_path):
+    """In this process, where every replayed call gets buffers of its own, a cache by the input's
+    address is found by the loop alone: the same buffers refilled in place, whatever addresses the
+    other calls happen to get."""
+    import numpy as np
+
+    from pytest_kope.judge.child import differential, guards, refill
+
+    honest, _ = _softmax_functions(tmp_path, C_KERNEL)
+    _, cached_replay = _softmax_functions(tmp_path, ADDRESS_CACHE)
+    recorder = guards.SWITCHES.recorder = differential.Recorder()
+    try:
+        x = np.random.default_rng(0).standard_normal((8, 300)).astype(np.float32)
+        honest(x, np.empty_like(x), 8, 300)
+    finally:
+        guards.SWITCHES.recorder = None
+    recorder.write(tmp_path / "recorded")
+    manifest = json.loads((tmp_path / "recorded" / "manifest.json").read_text())
+    loop = [e for e in manifest if "refill" in e]
+    assert [e["refill"] for e in loop] == list(range(refill.STEPS)), loop
+    expected = differential.take_expected(tmp_path / "recorded")
+    assert differential.replay(tmp_path / "recorded", cached_replay, tmp_path / "out") == []
+    found = differential.compare(manifest, expected, tmp_path / "out", 1e-4)
+    assert found and "refilled in place (call 2 of 4" in found[0], found
+
+
+def test_a_loop_refills_every_element_then_a_few_then_one():
+    import numpy as np
+
+    from pytest_kope.judge.child import refill
+
+    x = np.random.default_rng(1).standard_normal((16, 64)).astype(np.float32)
+    w = np.random.default_rng(2).standard_normal(64).astype(np.float32)
+    steps = list(refill.steps({0: x, 1: w}, which=1))
+    assert [what for what, _ in steps][0] == "as tested" and len(steps) == refill.STEPS
+    (_, tested), (_, every), (_, few), (_, one) = steps
+    assert np.array_equal(tested[0], x) and np.count_nonzero(every[0] != x) > 0.99 * x.size
+    assert np.count_nonzero(few[0] != every[0]) <= refill.FEW and np.count_nonzero(few[1] != every[1]) <= refill.FEW
+    assert np.array_equal(one[0], few[0]) and np.count_nonzero(one[1] != few[1]) == 1
+    lo, hi = float(x.min()), float(x.max())
+    assert set(few[0][few[0] != every[0]].tolist()) <= {lo, hi}  # the far end of the input's own range

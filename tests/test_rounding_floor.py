@@ -68,3 +68,40 @@ def test_a_row_sum_that_drops_each_rows_tail_is_still_wrong():
 def test_elementwise_calls_keep_one_ulp_of_the_largest_input():
     entry = {"input_peak": 8.0, "inputs": {"0": [[100], "<f4"]}, "outputs": {"1": [[100], "<f4"]}}
     assert rounding_floor(entry, np.dtype(np.float32)) == 8.0 * float(np.finfo(np.float32).eps)
+
+
+def _sequential(inputs: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
+    return {1: np.cumsum(inputs[0], axis=1, dtype=np.float32)[:, -1]}
+
+
+def test_the_committed_kernels_own_error_forgives_another_order_on_a_run_of_equal_values():
+    """A float32 sum along 4000 equal values rounds the same way 4000 times: the committed kernel is
+    itself far from the truth there, and an honest pairwise sum far from it. Its own error, measured
+    as f(3x)/3 against f(x) (`noise.py`), forgives the pairwise sum; a sum that drops one element is
+    still wrong beyond it."""
+    from pytest_kope.judge.child import noise
+
+    x = (np.random.default_rng(4).standard_normal((4, 8199)) + 5).astype(np.float32)
+    x[:, 1000:5000] = np.float32(7.3)
+    want = _sequential({0: x})
+    own = noise.own_error(_sequential, {0: x}, want)
+    assert own is not None
+    pairwise = x.sum(axis=1, dtype=np.float32)
+    assert arrays.mismatch(pairwise, want[1], 2e-5)  # the tests' bar alone rejects an honest order
+    assert arrays.mismatch(pairwise, want[1], 2e-5 + own) == ""
+    dropped = x[:, 100:].sum(axis=1, dtype=np.float32)
+    assert arrays.mismatch(dropped, want[1], 2e-5 + own)
+
+
+def test_a_kernel_whose_outputs_do_not_scale_with_its_inputs_is_measured_by_its_inputs_rounding():
+    from pytest_kope.judge.child import noise
+
+    x = (1000 + 2 * np.random.default_rng(5).standard_normal((3, 50))).astype(np.float32)
+
+    def softmax(inputs: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
+        z = inputs[0] - inputs[0].max(axis=1, keepdims=True)
+        e = np.exp(z, dtype=np.float32)
+        return {1: e / e.sum(axis=1, keepdims=True, dtype=np.float32)}
+
+    own = noise.own_error(softmax, {0: x}, softmax({0: x}))
+    assert own is not None and own > 1e-5  # logits of 10^3 lose about 6e-5 of their exponent to rounding
