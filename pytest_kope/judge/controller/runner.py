@@ -87,6 +87,7 @@ class Judge:
         self._recording_lock = threading.RLock()  # held while the calls are recorded afresh
         self.committed: Candidate | None = None
         self.launcher = Launcher(plan)
+        self.sanitizing = bool(plan.sanitize_env)  # off once the committed kernel fails its sanitized run
         self.timed_rtol = (DEFAULT_RTOL, "not known before the committed kernel's run")  # (rtol, why)
         # measures this machine's ceilings again (they only rise) and returns them: set by the loop,
         # called before a `suspect` verdict stands, since a probe run on a busy machine measures low
@@ -133,9 +134,21 @@ class Judge:
         if judged.outcome.correct:  # the bar for timed outputs: the repo's own tolerance
             self.timed_rtol = timed_rtol(self.plan.operator.rtol, judged.asserted)
             self.launcher.timed_rtol = self.timed_rtol[0]
+            self._sanitizer_holds(judged)
         if not judged.outcome.correct:
             self.launcher.close()  # the operator stops here: no server need stay warm
         return judged
+
+    def _sanitizer_holds(self, committed: Judged) -> None:
+        """The committed kernel passes the sanitized run, or no candidate is held to it (the machine
+        cannot run it, or the repo's kernel has a memory error of its own: the report says which)."""
+        if not self.sanitizing:
+            return
+        passed = Judged(committed.candidate, Outcome.OK)
+        self._sanitized(passed, None)
+        if not passed.outcome.correct:
+            self.sanitizing = False
+            committed.notes.append(f"no sanitized runs: the committed kernel fails one: {passed.reason[:400]}")
 
     def _draw_seeds(self) -> list[int]:
         """Fresh seeds for one correctness run (`--kope-seeds` of them, one per environment at least)."""
@@ -183,7 +196,7 @@ class Judge:
             judged = self._everywhere(
                 candidate, self._draw_seeds(), device, forgive=self.committed is not None
             )
-            if judged.outcome.correct and not judged.differential and self.plan.sanitize_env:
+            if judged.outcome.correct and not judged.differential and self.sanitizing:
                 self._sanitized(judged, device)
         except InfrastructureFault as e:  # the machinery's failure: no verdict on the candidate
             return Judged(candidate, Outcome.RUNTIME_FAILED, failures=[str(e)], fault=str(e))
@@ -191,19 +204,18 @@ class Judge:
             judged.outcome = replay_outcome(judged.replay_died)
             judged.failures = judged.differential[:3]
             self._shrink(judged, device)
-        judged.bar = self.bar()
+        judged.bar = said_bar(*self.timed_rtol, self.recording)  # which bar judged it, for the report
         return judged
 
     def _sanitized(self, judged: Judged, device: int | None) -> None:
-        """A candidate that passed runs its correctness tests and the recorded calls once more, built
-        and served with AddressSanitizer and UndefinedBehaviorSanitizer (`toolchains/sanitize.py`), in
-        a child of its own: what the sanitizers report fails it, with their first lines."""
+        """A candidate that passed runs its tests and the recorded calls once more, built and served
+        sanitized (`toolchains/sanitize.py`): what the sanitizers report fails it, with their lines."""
         seed = self._draw_seeds()[:1]
         once = self._child(Request(judged.candidate, self.plan.correctness, seed, device=device, sanitize=True))
         if once.outcome == Outcome.INCORRECT and once.failed_runs:
             self._forgive_flaky(once, device, environments.USER)
         judged.seconds += once.seconds  # one phase of its own, its build included (the bench shows it apart)
-        judged.phases["sanitized"] = judged.phases.get("sanitized", 0.0) + once.seconds
+        judged.phases["sanitized"] = once.seconds
         found = once.failures if not once.outcome.correct else once.differential
         if found:
             judged.outcome = once.outcome if not once.outcome.correct else replay_outcome(once.replay_died)
@@ -242,16 +254,9 @@ class Judge:
         calls are recorded in the user's environment; every environment replays them."""
         judged: Judged | None = None
         for environment, share in environments.share(seeds):
-            one = self._child(
-                Request(
-                    candidate,
-                    self.plan.correctness,
-                    share,
-                    device=device,
-                    record=record if environment == environments.USER else None,
-                    environment=environment,
-                )
-            )
+            here = record if environment == environments.USER else None  # recorded where users run
+            request = Request(candidate, self.plan.correctness, share, device=device, record=here)
+            one = self._child(replace(request, environment=environment))
             if forgive and one.outcome == Outcome.INCORRECT and one.failed_runs:
                 self._forgive_flaky(one, device, environment)
             if environment != environments.USER:
@@ -347,17 +352,11 @@ class Judge:
 
     @property
     def rtol(self) -> float:
-        """The bar every output check uses: the repo's own precision (`arrays.timed_rtol`), the same
-        for the replayed and drawn calls as for the timed ones."""
+        """The bar every output check uses, replayed, drawn and timed: the repo's own precision."""
         return self.timed_rtol[0]
 
-    def bar(self) -> str:
-        """Which bar judged a candidate, in one line (the report gives it beside each verdict)."""
-        rtol, source = self.timed_rtol
-        return said_bar(rtol, source, self.recording)
-
     def _compare(
-        self, events: list[dict[str, Any]], recording: Recording, outputs: Path, drawn: bool = True
+        self, events: list[dict[str, Any]], recording: Recording, outputs: Path, drawn: bool
     ) -> list[str]:
         """The differential check's findings, decided here from the candidate's outputs alone."""
         if recording.changed():
@@ -382,7 +381,8 @@ def _joined(first: Judged, then: Judged) -> Judged:
     then.add_time(first)
     then.tests_passed = sorted(set(first.tests_passed) & set(then.tests_passed))
     then.notes = first.notes + then.notes
-    then.differential, then.replay_died = first.differential + then.differential, then.replay_died or first.replay_died
+    then.differential = first.differential + then.differential
+    then.replay_died = then.replay_died or first.replay_died
     then.fixed_inputs = sorted(set(first.fixed_inputs) | set(then.fixed_inputs))
     then.asserted = then.asserted or first.asserted
     return then
