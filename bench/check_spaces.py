@@ -36,7 +36,8 @@ sys.path.insert(0, str(ROOT))
 from bench.overhead import plans  # noqa: E402
 from bench.tables import chosen_points  # noqa: E402
 from pytest_kope.candidate import Candidate  # noqa: E402
-from pytest_kope.judge.controller.runner import Judge, Plan  # noqa: E402
+from pytest_kope.judge.controller.plan import Plan  # noqa: E402
+from pytest_kope.judge.controller.runner import Judge  # noqa: E402
 from pytest_kope.toolchains.base import judging_env  # noqa: E402
 from pytest_kope.toolchains.c import CToolchain  # noqa: E402
 

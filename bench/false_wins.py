@@ -21,7 +21,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from pytest_kope.candidate import Candidate  # noqa: E402
-from pytest_kope.judge.controller.runner import Judge, Plan  # noqa: E402
+from pytest_kope.judge.controller.plan import Plan  # noqa: E402
+from pytest_kope.judge.controller.runner import Judge  # noqa: E402
 from pytest_kope.judge.outcome import Judged  # noqa: E402
 from pytest_kope.session.decide import time_and_decide  # noqa: E402
 from pytest_kope.toolchains.c import CToolchain  # noqa: E402

@@ -50,7 +50,8 @@ sys.path.insert(0, str(ROOT))
 from bench import false_wins  # noqa: E402
 from pytest_kope.candidate import Candidate  # noqa: E402
 from pytest_kope.judge.controller import isolation  # noqa: E402
-from pytest_kope.judge.controller.runner import Judge, Plan  # noqa: E402
+from pytest_kope.judge.controller.plan import Plan  # noqa: E402
+from pytest_kope.judge.controller.runner import Judge  # noqa: E402
 from pytest_kope.judge.outcome import Judged  # noqa: E402
 from pytest_kope.memory import distill  # noqa: E402
 from pytest_kope.memory.graph import Graph  # noqa: E402
@@ -59,7 +60,17 @@ from pytest_kope.session.decide import time_and_decide  # noqa: E402
 from pytest_kope.toolchains.base import judging_env  # noqa: E402
 from pytest_kope.toolchains.c import CToolchain  # noqa: E402
 
-PHASES = ["build", "start", "correctness", "sanitized", "tests", "timing", "kernel", "verification", "bookkeeping"]
+PHASES = [
+    "build",
+    "start",
+    "correctness",
+    "sanitized",
+    "tests",
+    "timing",
+    "kernel",
+    "verification",
+    "bookkeeping",
+]
 MODES = {
     "before": {"fork_server": False, "sequential": False, "record_inputs": False},
     "after, body per child": {"fork_server": True, "sequential": True, "record_inputs": False},

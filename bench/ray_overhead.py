@@ -39,8 +39,9 @@ sys.path.insert(0, str(ROOT))
 os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
 
 from bench.overhead import candidates, plans  # noqa: E402
+from pytest_kope.judge.controller.plan import Plan  # noqa: E402
 from pytest_kope.judge.controller.ray_executor import RayExecutor  # noqa: E402
-from pytest_kope.judge.controller.runner import Judge, Plan  # noqa: E402
+from pytest_kope.judge.controller.runner import Judge  # noqa: E402
 from pytest_kope.toolchains.c import CToolchain  # noqa: E402
 
 MODES = ("fork server", "fresh local", "ray")

@@ -40,7 +40,8 @@ sys.path.insert(0, str(ROOT))
 from bench.overhead import plans  # noqa: E402
 from pytest_kope.agents.search import pooled  # noqa: E402
 from pytest_kope.candidate import Candidate  # noqa: E402
-from pytest_kope.judge.controller.runner import Judge, Plan  # noqa: E402
+from pytest_kope.judge.controller.plan import Plan  # noqa: E402
+from pytest_kope.judge.controller.runner import Judge  # noqa: E402
 from pytest_kope.spec import _LINE, TuningSpace  # noqa: E402
 from pytest_kope.toolchains.c import CToolchain  # noqa: E402
 

@@ -25,7 +25,7 @@ from .errors import KopeError
 from .judge.controller.runner import Judge
 from .judge.outcome import Outcome
 from .operator import is_performance_test
-from .session.loop import plan_for
+from .session.planning import plan_for
 
 if TYPE_CHECKING:
     from .judge.outcome import Judged

@@ -16,7 +16,8 @@ from pathlib import Path
 
 from pytest_kope.candidate import Candidate
 from pytest_kope.judge.controller import sandbox
-from pytest_kope.judge.controller.runner import Judge, Plan
+from pytest_kope.judge.controller.plan import Plan
+from pytest_kope.judge.controller.runner import Judge
 from pytest_kope.judge.outcome import Judged, Outcome
 from pytest_kope.operator import Operator
 from pytest_kope.toolchains.base import Toolchain, judging_env
@@ -78,7 +79,10 @@ def judge_all(plan: Plan, tc: Toolchain, sources: dict[str, str]) -> dict[str, J
     try:
         base = judge.baseline(op.baseline())
         assert base.outcome == Outcome.OK, base.failures
-        made = [Candidate(text, op.source.name, op.toolchain, idea=name, agent="replay") for name, text in sources.items()]
+        made = [
+            Candidate(text, op.source.name, op.toolchain, idea=name, agent="replay")
+            for name, text in sources.items()
+        ]
         return dict(zip(sources, judge.correctness(made)))
     finally:
         judge.close()

@@ -59,7 +59,9 @@ def _judged(tmp: Path, repo: Path, op: str, tricks: list[str], folder: str, tc: 
         text = path.read_text()
         sources[name] = text
         sources[f"twin_{name}"] = (
-            switched_off(folder, name, ROUND3) if path.suffix == ".c" else text.replace("armed = True", "armed = False")
+            switched_off(folder, name, ROUND3)
+            if path.suffix == ".c"
+            else text.replace("armed = True", "armed = False")
         )
     return judge_all(plan_for(repo, op, tc, tmp / "logs"), tc, sources)  # type: ignore[arg-type]
 
@@ -118,7 +120,9 @@ def test_a_masked_row_turned_to_nan_is_incorrect(verdicts: dict[str, Verdicts]) 
     judged = verdicts["softmax"]["masked_row_nan"]
     assert judged.outcome == Outcome.INCORRECT, _why(judged)
     failure = judged.failures[0]
-    assert "with -inf mask" in failure and "non-finite where the committed kernel's are finite" in failure, failure
+    assert "with -inf mask" in failure and "non-finite where the committed kernel's are finite" in failure, (
+        failure
+    )
 
 
 def test_a_size_window_fake_is_caught_by_a_large_call(verdicts: dict[str, Verdicts]) -> None:

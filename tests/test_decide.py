@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pytest_kope.candidate import Candidate
-from pytest_kope.judge.controller.runner import Plan
+from pytest_kope.judge.controller.plan import Plan
 from pytest_kope.judge.outcome import Judged, Outcome, Timing
 from pytest_kope.operator import Operator
 from pytest_kope.session.decide import judge_batch, time_and_decide, undecided_gain

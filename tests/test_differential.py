@@ -16,7 +16,8 @@ import pytest
 
 from pytest_kope.candidate import Candidate
 from pytest_kope.judge.controller import sandbox
-from pytest_kope.judge.controller.runner import Judge, Plan
+from pytest_kope.judge.controller.plan import Plan
+from pytest_kope.judge.controller.runner import Judge
 from pytest_kope.judge.outcome import Outcome
 from pytest_kope.operator import Operator
 from pytest_kope.toolchains import screening
@@ -441,7 +442,9 @@ void softmax(const float *x, float *y, int rows, int cols) {
 }
 static void softmax_rows(const float *x, float *y, int rows, int cols) {
 """,
-).replace("#include <math.h>\n", "#include <math.h>\nstatic void softmax_rows(const float *, float *, int, int);\n")
+).replace(
+    "#include <math.h>\n", "#include <math.h>\nstatic void softmax_rows(const float *, float *, int, int);\n"
+)
 
 
 def test_a_loop_on_refilled_buffers_names_a_cache_kept_by_address(tmp_path):
@@ -481,7 +484,10 @@ def test_a_loop_refills_every_element_then_a_few_then_one():
     assert [what for what, _ in steps][0] == "as tested" and len(steps) == refill.STEPS
     (_, tested), (_, every), (_, few), (_, one) = steps
     assert np.array_equal(tested[0], x) and np.count_nonzero(every[0] != x) > 0.99 * x.size
-    assert np.count_nonzero(few[0] != every[0]) <= refill.FEW and np.count_nonzero(few[1] != every[1]) <= refill.FEW
+    assert (
+        np.count_nonzero(few[0] != every[0]) <= refill.FEW
+        and np.count_nonzero(few[1] != every[1]) <= refill.FEW
+    )
     assert np.array_equal(one[0], few[0]) and np.count_nonzero(one[1] != few[1]) == 1
     lo, hi = float(x.min()), float(x.max())
     assert set(few[0][few[0] != every[0]].tolist()) <= {lo, hi}  # the far end of the input's own range

@@ -62,7 +62,7 @@ def test_the_toolchain_environment_travels_less_the_nodes_own() -> None:
     from types import SimpleNamespace
 
     from pytest_kope.judge.controller.executors import for_worker, node_env
-    from pytest_kope.judge.controller.runner import Plan
+    from pytest_kope.judge.controller.plan import Plan
     from pytest_kope.operator import Operator
 
     toolchain_env = {

@@ -15,7 +15,8 @@ import pytest
 from pytest_kope.candidate import Candidate
 from pytest_kope.judge.controller import sandbox
 from pytest_kope.judge.controller.buildcache import BuildCache
-from pytest_kope.judge.controller.runner import Judge, Plan
+from pytest_kope.judge.controller.plan import Plan
+from pytest_kope.judge.controller.runner import Judge
 from pytest_kope.judge.measure import rotation as rotation_module
 from pytest_kope.judge.measure import timing
 from pytest_kope.judge.outcome import Outcome

@@ -19,7 +19,8 @@ import pytest
 from test_differential import TESTS, TRITON_KERNEL, _candidate, _repo, needs_triton
 
 from pytest_kope.judge.controller import files, sandbox
-from pytest_kope.judge.controller.runner import Judge, Plan
+from pytest_kope.judge.controller.plan import Plan
+from pytest_kope.judge.controller.runner import Judge
 from pytest_kope.judge.outcome import Judged, Outcome
 
 JAIL, JAIL_WHY = sandbox.bubblewrap()

@@ -16,7 +16,8 @@ import pytest
 from test_differential import TESTS, TRITON_KERNEL, TRITON_NO_MAX, _candidate, _repo, needs_triton
 
 from pytest_kope.judge.controller import sandbox
-from pytest_kope.judge.controller.runner import Judge, Plan
+from pytest_kope.judge.controller.plan import Plan
+from pytest_kope.judge.controller.runner import Judge
 from pytest_kope.judge.outcome import Judged, Outcome
 
 # At import, in its judging child: every recorded call's repeats set to 0, so nothing would be

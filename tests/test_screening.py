@@ -20,7 +20,8 @@ from op_repos import SCALE_C
 
 from pytest_kope.candidate import Candidate
 from pytest_kope.errors import BuildError, SpecError
-from pytest_kope.spec import FLAGS, Point, TuningSpace, evaluate_require, parse_spec, require_error
+from pytest_kope.requires import evaluate_require, require_error
+from pytest_kope.spec import FLAGS, Point, TuningSpace, parse_spec
 from pytest_kope.toolchains import screening
 from pytest_kope.toolchains.c import CToolchain
 

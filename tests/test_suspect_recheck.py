@@ -17,7 +17,8 @@ import pytest
 
 from pytest_kope.candidate import Candidate
 from pytest_kope.judge.controller import sandbox
-from pytest_kope.judge.controller.runner import Judge, Plan
+from pytest_kope.judge.controller.plan import Plan
+from pytest_kope.judge.controller.runner import Judge
 from pytest_kope.judge.measure.physics import Ceilings
 from pytest_kope.judge.outcome import Outcome
 from pytest_kope.operator import Operator

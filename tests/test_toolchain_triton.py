@@ -238,7 +238,8 @@ def test_a_candidates_children_share_its_jit_cache_and_the_verification_compiles
     the winner's verification gets none."""
     from pytest_kope.judge.controller import sandbox
     from pytest_kope.judge.controller.environments import ENVIRONMENTS
-    from pytest_kope.judge.controller.runner import Judge, Plan
+    from pytest_kope.judge.controller.plan import Plan
+    from pytest_kope.judge.controller.runner import Judge
     from pytest_kope.operator import Operator
 
     shutil.copy(OPS / "softmax" / "softmax.py", tmp_path / "softmax.py")

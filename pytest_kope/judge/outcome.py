@@ -64,13 +64,17 @@ class Judged:
     # not stored: what the judge needs between steps of one judgement
     failed_runs: list[tuple[str, int | None]] = field(default_factory=list, repr=False)  # (test, seed)
     differential: list[str] = field(default_factory=list, repr=False)  # the differential check's findings
-    replay_died: str = field(default="", repr=False)  # KernelDied/KernelTimeout: its server died in the replay
+    replay_died: str = field(
+        default="", repr=False
+    )  # KernelDied/KernelTimeout: its server died in the replay
     fixed_inputs: list[str] = field(default_factory=list, repr=False)  # tests that make their own inputs
     phases: dict[str, float] = field(default_factory=dict, repr=False)  # seconds by phase, for the bench
     fault: str = field(default="", repr=False)  # lost to the machinery (InfrastructureFault): no verdict
     # the loosest norm-wise bound its tests' assert_close calls set, and the largest error they saw
     asserted: tuple[float, float] | None = field(default=None, repr=False)
-    bar: str = field(default="", repr=False)  # the tolerance its outputs were held to, and whence (the report's)
+    bar: str = field(
+        default="", repr=False
+    )  # the tolerance its outputs were held to, and whence (the report's)
 
     def add_time(self, other: Judged) -> None:
         """Count another child's wall time and phases in this verdict (one candidate, several children)."""

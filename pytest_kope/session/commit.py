@@ -25,7 +25,8 @@ FALLBACKS = 2  # runners-up verified at most, when winners are found incorrect i
 
 if TYPE_CHECKING:
     from ..judge.controller.plaincheck import PlainRun
-    from ..judge.controller.runner import Judge, Plan
+    from ..judge.controller.plan import Plan
+    from ..judge.controller.runner import Judge
     from ..judge.outcome import Judged
     from ..operator import Operator
     from ..toolchains.base import Toolchain

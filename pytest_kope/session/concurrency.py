@@ -20,7 +20,7 @@ import pytest
 from ..agents.base import Agent, declared
 from ..errors import ConfigError, KopeError
 from ..judge.controller.executors import NodeReservation
-from ..judge.controller.runner import Plan
+from ..judge.controller.plan import Plan
 from ..judge.outcome import Judged
 from ..scheduler import OneAtATime
 from ..settings import Settings

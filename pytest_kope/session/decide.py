@@ -11,7 +11,8 @@ from collections.abc import Callable
 from typing import Protocol
 
 from ..candidate import Candidate
-from ..judge.controller.runner import Judge, Plan
+from ..judge.controller.plan import Plan
+from ..judge.controller.runner import Judge
 from ..judge.measure.contention import CONTENDED
 from ..judge.measure.stats import PairedRatio
 from ..judge.outcome import Judged, Outcome

@@ -1,7 +1,7 @@
 """One operator's loop: baseline, then recall → propose → judge → remember until the stop rule says
 stop; then the verdict and the commit (commit.py).
 
-`plan_for` turns the collected items into the judge's `Plan`; `OperatorLoop` runs one operator.
+`OperatorLoop` runs one operator, with the judge's `Plan` that `planning.plan_for` makes.
 """
 
 from __future__ import annotations
@@ -9,83 +9,29 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-import pytest
 
 from ..agents.base import Context, OperatorInfo
 from ..agents.tuner import Tuner
 from ..candidate import Candidate
-from ..errors import BaselineBroken, InfrastructureFault, KopeError, SpecError
+from ..errors import BaselineBroken, InfrastructureFault, SpecError
 from ..judge.controller import sandbox
-from ..judge.controller.runner import Judge, Plan
+from ..judge.controller.runner import Judge
 from ..judge.outcome import Judged, Outcome
 from ..memory import distill, recall_from
-from ..operator import is_performance_test
 from ..settings import SEED
 from ..spec import FLAGS, parse_spec
 from ..stopping import Slot, Stop, StopRule, stopped
-from ..toolchains import toolchain_of
-from ..toolchains.base import Toolchain, judging_env
-from .ceilings import measure_ceilings, remeasured_ceilings
+from .ceilings import remeasured_ceilings
 from .commit import conclude
 from .decide import judge_batch, judged_only
+from .planning import plan_for
 from .progress import Progress
 
 if TYPE_CHECKING:
     from ..memory.recall import Recall
     from ..review.summary import OperatorSummary
     from .run import OperatorRun, Run
-
-
-def plan_for(s: Run, run: OperatorRun) -> tuple[Plan, Toolchain]:
-    """What the judge needs to know of one operator: its tests, limits, devices and ceilings."""
-    op = run.op
-    tc = toolchain_of(s.config, op.toolchain)
-    available = tc.availability()
-    if not available.ok:
-        raise KopeError(f"toolchain {tc.name} is unavailable here: {available.reason}")
-    files = sorted({Path(str(i.path)) for i in run.items})
-    correctness = [_nodeid(s, i) for i in run.items if not is_performance_test(i)]
-    performance = [_nodeid(s, i) for i in run.items if is_performance_test(i)]
-    if not correctness:
-        raise KopeError(
-            f"operator {op.name} has no correctness tests selected; nothing would judge a candidate"
-        )
-    devices = s.settings.device_indices()
-    plan = Plan(
-        operator=op,
-        rootdir=s.home,
-        inifile=Path(str(s.config.inipath)) if s.config.inipath else None,
-        files=files,
-        correctness=correctness,
-        performance=performance,
-        toolchain_env=judging_env(tc),
-        limits=sandbox.Limits(wall_s=s.settings.timeout, device=bool(tc.count_devices())),
-        seeds=s.settings.seeds,
-        jobs=s.settings.jobs,
-        keep=s.run_dir / op.name,
-        devices=devices if devices is not None else tuple(range(tc.count_devices())),
-        plugins=tuple(s.config.getini("kope_plugins")),
-        ceilings=measure_ceilings(s.ceilings, tc),
-        fork_server=s.settings.fork_server,
-        min_gain=s.settings.min_gain,
-        device_env_var=tc.device_env_var,
-        jit_cache_env=tc.jit_cache_env,
-        sanitize_env=None if op.own_build else tc.sanitize_env,  # a repo's own build takes no flags of ours
-        jail_required=s.agent.needs_jail and not s.settings.allow_unjailed,
-    )
-    s.concurrency.share(plan)  # the executor and node; timing devices shared by operators at once
-    return plan, tc
-
-
-def _nodeid(s: Run, item: pytest.Item) -> str:
-    """The item's id as a judging child rooted at the run's home sees it (pytest's when they agree)."""
-    if s.home == Path(str(s.config.rootpath)).resolve():
-        return item.nodeid
-    path = Path(str(item.path)).resolve().relative_to(s.home).as_posix()
-    return f"{path}::{item.nodeid.split('::', 1)[1]}" if "::" in item.nodeid else path
 
 
 def _declares_knobs(judged: Judged) -> bool:

@@ -64,7 +64,9 @@ class Served:
     modules: tuple[str, ...] = ()
     checks: Mapping[str, Callable[[tuple[Any, ...]], None]] = field(default_factory=dict)
     build_log: str = ""
-    environment: Mapping[str, str] = field(default_factory=dict)  # set in the server's (a sanitizer's runtime)
+    environment: Mapping[str, str] = field(
+        default_factory=dict
+    )  # set in the server's (a sanitizer's runtime)
     reports: Path | None = None  # a folder in `writable` where the server's runtime reports a fault
 
 

@@ -13,7 +13,7 @@ import re
 import shlex
 import shutil
 import subprocess
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +23,8 @@ from ..hardware import cpu_fingerprint
 from ..spec import FLAGS, KernelSpec, Scalar, bake_defaults
 from . import sanitize, tools
 from .base import (
-    IN,
     INOUT,
     OUT,
-    SCALAR,
     Arg,
     Availability,
     Kernel,
@@ -36,6 +34,8 @@ from .base import (
     ToolchainBase,
 )
 from .cdefines import write_defines
+from .cproto import argument_check, numpy_caller
+from .cproto import parse_prototype as parse_prototype  # where plugin toolchains found it
 from .flagblock import carried
 from .ownbuild import keep_screened, own_build, own_build_key
 from .screening import (  # noqa: F401 - FORBIDDEN_CALLS and strip_c_comments are re-exported
@@ -50,11 +50,6 @@ from .screening import (  # noqa: F401 - FORBIDDEN_CALLS and strip_c_comments ar
 BASE_FLAGS = ["-shared", "-fPIC", "-fopenmp"]
 TARGET_ENV = "KOPE_C_TARGET_FLAGS"  # flags after every candidate's own (the ini option kope_c_target_flags)
 _C_STD = {".c": ["-std=gnu11"], ".cc": ["-std=gnu++17"], ".cpp": ["-std=gnu++17"], ".cxx": ["-std=gnu++17"]}
-_NUMPY_OF = {
-    "float": "float32", "double": "float64", "int": "int32", "int32_t": "int32", "int64_t": "int64",
-    "long": "int64", "uint8_t": "uint8", "int8_t": "int8", "short": "int16", "uint16_t": "uint16",
-    "unsigned": "uint32", "uint32_t": "uint32", "size_t": "uint64",
-}  # fmt: skip
 _DEFINE_VALUE = re.compile(r"^-?[\w.]+$")
 
 
@@ -66,34 +61,6 @@ def compiler_version(cc: str) -> str:
     except (OSError, subprocess.SubprocessError):
         return ""
     return out.splitlines()[0] if out else ""
-
-
-def parse_prototype(proto: str) -> tuple[str, tuple[Arg, ...], list[str]]:
-    """('softmax', args with roles, numpy dtypes of pointer args) from a C prototype."""
-    m = re.match(r"^\s*[\w\s\*]+?\b(\w+)\s*\((.*)\)\s*$", proto)
-    if not m:
-        raise SpecError(
-            f"cannot read kernel prototype {proto!r}; write `kope: kernel void f(const float *x, ...)`"
-        )
-    name, params = m.group(1), m.group(2).strip()
-    args, dtypes = [], []
-    if params and params != "void":
-        for i, p in enumerate(params.split(",")):
-            p = " ".join(p.split())
-            pm = re.match(r"^(const\s+)?([\w\s]+?)\s*(\*?)\s*(?:restrict\s+|__restrict__\s+)?(\w+)?$", p)
-            if not pm:
-                raise SpecError(f"cannot read parameter {p!r} of kernel {name}")
-            const, ctype, star, pname = (
-                pm.group(1),
-                pm.group(2).strip(),
-                pm.group(3),
-                pm.group(4) or f"arg{i}",
-            )
-            ctype = ctype.replace("const", "").strip()
-            if star:
-                dtypes.append(_NUMPY_OF.get(ctype.split()[-1], ""))
-            args.append(Arg(pname, (IN if const else OUT) if star else SCALAR))
-    return name, tuple(args), dtypes
 
 
 class CToolchain(ToolchainBase):
@@ -176,16 +143,25 @@ class CToolchain(ToolchainBase):
         checks = {}
         for proto in spec.kernels:
             name, _, dtypes = parse_prototype(proto)
-            checks[name] = _argument_check(name, args[name], dtypes)
+            checks[name] = argument_check(name, args[name], dtypes)
         load: dict[str, Any] = {
             "kind": "cffi", "library": str(lib), "prototypes": list(spec.kernels), "names": list(args)
         }  # fmt: skip
         if not sanitize.wanted():
             return Served(load, args, readable=(lib.parent,), checks=checks, build_log=log)
-        env, reports, runtime = sanitize.served(self.cc if Path(candidate.filename).suffix == ".c" else self.cxx)
+        env, reports, runtime = sanitize.served(
+            self.cc if Path(candidate.filename).suffix == ".c" else self.cxx
+        )
         load["sanitize"] = True
         return Served(
-            load, args, (lib.parent, *runtime), (reports,), checks=checks, build_log=log, environment=env, reports=reports
+            load,
+            args,
+            (lib.parent, *runtime),
+            (reports,),
+            checks=checks,
+            build_log=log,
+            environment=env,
+            reports=reports,
         )
 
     @property
@@ -329,56 +305,8 @@ class CToolchain(ToolchainBase):
                 fn = getattr(lib, name)
             except AttributeError:
                 raise BuildError(candidate.filename, f"the library does not export kernel {name}()") from None
-            functions[name] = KernelFunction(name, _numpy_caller(ffi, fn, name, args, dtypes), args)
+            functions[name] = KernelFunction(name, numpy_caller(ffi, fn, name, args, dtypes), args)
         return Kernel(candidate, functions, build_log=log, extra={"library": str(lib_path), "ffi": ffi})
-
-
-def _numpy_caller(
-    ffi: Any, fn: Any, name: str, args: tuple[Arg, ...], dtypes: list[str]
-) -> Callable[..., Any]:
-    """Wrap a cffi function so it takes numpy arrays for pointers, checking dtype and contiguity."""
-    check = _argument_check(name, args, dtypes)
-    pointers = [a.role != SCALAR for a in args]
-
-    def call(*values: Any) -> Any:
-        check(values)
-        return fn(
-            *(
-                ffi.cast("void *", v.ctypes.data) if pointer else (v.item() if hasattr(v, "item") else v)
-                for pointer, v in zip(pointers, values)
-            )
-        )
-
-    call.__name__ = name
-    return call
-
-
-def _argument_check(name: str, args: tuple[Arg, ...], dtypes: list[str]) -> Callable[[tuple[Any, ...]], None]:
-    """What a kernel of this prototype takes: as many arguments, C-contiguous numpy arrays of the
-    declared dtypes for its pointers (in a test host, checked before a call is forwarded)."""
-    import numpy as np
-
-    pointer_dtypes = iter(dtypes)
-    plan = [(a, next(pointer_dtypes) if a.role != SCALAR else None) for a in args]
-
-    def check(values: tuple[Any, ...]) -> None:
-        if len(values) != len(plan):
-            raise TypeError(f"{name}() takes {len(plan)} arguments ({len(values)} given)")
-        for (arg, dtype), value in zip(plan, values):
-            if dtype is None:
-                continue
-            if not isinstance(value, np.ndarray):
-                raise TypeError(
-                    f"{name}(): argument {arg.name} must be a numpy array, got {type(value).__name__}"
-                )
-            if dtype and value.dtype != np.dtype(dtype):
-                raise TypeError(f"{name}(): argument {arg.name} must be {dtype}, got {value.dtype}")
-            if not value.flags.c_contiguous:
-                raise TypeError(
-                    f"{name}(): argument {arg.name} must be C-contiguous (use np.ascontiguousarray)"
-                )
-
-    return check
 
 
 HEADER_SUFFIXES = (".h", ".hh", ".hpp", ".hxx", ".inc", ".inl", ".cuh")

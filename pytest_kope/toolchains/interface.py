@@ -13,7 +13,7 @@ from typing import Any
 from ..errors import SpecError
 from ..spec import KernelSpec
 from .base import INOUT, OUT, Arg
-from .c import parse_prototype
+from .cproto import parse_prototype
 from .pylaunch import kernel_args as python_args
 
 

@@ -76,7 +76,11 @@ def replay(folder: Path, functions: Mapping[str, Any], results: Path, races: boo
 
 
 def _replay(
-    folder: Path, functions: Mapping[str, Any], results: callfiles.Stream, pool: ThreadPoolExecutor, races: bool
+    folder: Path,
+    functions: Mapping[str, Any],
+    results: callfiles.Stream,
+    pool: ThreadPoolExecutor,
+    races: bool,
 ) -> list[str]:
     problems: list[str] = []
     pending: _Pending = []
@@ -112,7 +116,9 @@ def _replay(
                 values_of = functools.partial(_replay_values, fn.function.args, entry)
                 errors = overlap.pairs_agree(fn, values_of, inputs, sets[0], written, pool, race_deadline)
         except (KernelDied, KernelTimeout) as e:
-            raise ReplayDied(type(e).__name__, f"{_where(entry)}: {type(e).__name__}: {str(e)[:1000]}") from None
+            raise ReplayDied(
+                type(e).__name__, f"{_where(entry)}: {type(e).__name__}: {str(e)[:1000]}"
+            ) from None
         if errors:
             problems.append(f"{_where(entry)}: {errors[0]}")
             continue
@@ -199,7 +205,9 @@ def compare(
             got = {name: replayed[prefix + name] for name in want if prefix + name in replayed}
             if not got:
                 return [f"{_where(entry)}: the candidate gave no output (run {rep + 1})"]
-            bar = rtol + float(entry.get("own_error", 0.0))  # relaxed only by the committed kernel's own error
+            bar = rtol + float(
+                entry.get("own_error", 0.0)
+            )  # relaxed only by the committed kernel's own error
             for name, w in want.items():
                 floor = rounding_floor(entry, w.dtype) if w.dtype.kind == "f" else 0.0
                 why = arrays.mismatch(got[name], w, bar, floor) if name in got else "missing"
@@ -239,7 +247,9 @@ def _replay_values(
     return torchmodes.prepared(_plain_values(args, entry, inputs), list(inputs), entry.get("grad_mode"))
 
 
-def _plain_values(args: tuple[Arg, ...], entry: dict[str, Any], inputs: dict[int, np.ndarray]) -> tuple[Any, ...]:
+def _plain_values(
+    args: tuple[Arg, ...], entry: dict[str, Any], inputs: dict[int, np.ndarray]
+) -> tuple[Any, ...]:
     values: list[Any] = []
     for i, a in enumerate(args):
         if a.role == SCALAR:
@@ -252,5 +262,3 @@ def _plain_values(args: tuple[Arg, ...], entry: dict[str, Any], inputs: dict[int
         else:
             values.append(arrays.rebuild(inputs[i], entry["kinds"][str(i)]))
     return tuple(values)
-
-

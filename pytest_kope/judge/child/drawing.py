@@ -173,7 +173,9 @@ def _in_mode(
     return (mode, found) if found is not None else ("default", outputs)
 
 
-def _write(key: str, drawn: Drawn, outputs: dict[int, np.ndarray], stream: callfiles.Stream, folder: Path) -> None:
+def _write(
+    key: str, drawn: Drawn, outputs: dict[int, np.ndarray], stream: callfiles.Stream, folder: Path
+) -> None:
     """A drawn call's inputs to the stream candidates replay, its outputs apart (the controller's)."""
     for i, x in drawn.inputs.items():
         stream.write(f"{key}-a{i}", x)
@@ -181,7 +183,12 @@ def _write(key: str, drawn: Drawn, outputs: dict[int, np.ndarray], stream: callf
 
 
 def _entry(
-    p: Plan, drawn: Drawn, outputs: dict[int, np.ndarray], n: int, mode: str = "default", is_large: bool = False
+    p: Plan,
+    drawn: Drawn,
+    outputs: dict[int, np.ndarray],
+    n: int,
+    mode: str = "default",
+    is_large: bool = False,
 ) -> dict[str, Any]:
     return {
         "key": f"d{n}",

@@ -389,6 +389,8 @@ def outputs_on(p: Plan, fn: KernelFunction, drawn: Drawn) -> dict[int, np.ndarra
     return written_outputs(fn, values)
 
 
-def with_inputs(p: Plan, fn: KernelFunction, drawn: Drawn) -> Callable[[dict[int, np.ndarray]], dict[int, np.ndarray] | None]:
+def with_inputs(
+    p: Plan, fn: KernelFunction, drawn: Drawn
+) -> Callable[[dict[int, np.ndarray]], dict[int, np.ndarray] | None]:
     """`outputs_on` a drawn call's arguments with other inputs (what `noise.own_error` calls)."""
     return lambda moved: outputs_on(p, fn, replace(drawn, inputs=moved))

@@ -24,13 +24,18 @@ from ...toolchains.base import KernelFunction
 from . import noise, structure
 from .draws import Drawn, Plan, _row, _values, call_arguments, with_inputs, written_outputs
 
-TARGETS = (1 << 19, 1 << 21)  # elements of the largest buffer, about (each replay moves 8 MiB a buffer at most)
+TARGETS = (
+    1 << 19,
+    1 << 21,
+)  # elements of the largest buffer, about (each replay moves 8 MiB a buffer at most)
 BUDGET_S = 0.15  # the committed kernel's predicted time for one large call, at most
 GROWTH = 1.5  # a call's time grows at most as its elements to this power
 TEST = "no test (a large call)"
 
 
-def calls(p: Plan, fn: KernelFunction, recorded: list[dict[int, Any]]) -> list[tuple[Drawn, dict[int, np.ndarray]]]:
+def calls(
+    p: Plan, fn: KernelFunction, recorded: list[dict[int, Any]]
+) -> list[tuple[Drawn, dict[int, np.ndarray]]]:
     """The large calls of `fn` (the committed kernel), each with its outputs, grown from the largest
     of the `recorded` calls' scalar arguments; none where no size argument varies or the budget
     allows none."""

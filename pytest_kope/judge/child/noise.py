@@ -32,7 +32,9 @@ DEGREES = (0, 1, 2, 3)  # f(2x) = 2^k f(x) tried for these k (a sum 1, a product
 Call = Callable[[dict[int, np.ndarray]], "dict[int, np.ndarray] | None"]
 
 
-def own_error(call: Call, inputs: Mapping[int, np.ndarray], outputs: Mapping[int, np.ndarray]) -> float | None:
+def own_error(
+    call: Call, inputs: Mapping[int, np.ndarray], outputs: Mapping[int, np.ndarray]
+) -> float | None:
     """`FACTOR` times the committed kernel's measured error on the call; `call(inputs)` runs it and
     gives its written, finite outputs (None: some are not). None: its outputs are not robust (not
     finite, or not written) when the inputs move by their rounding."""
@@ -77,7 +79,9 @@ def _scaled(inputs: Mapping[int, np.ndarray], floating: list[int], factor: float
 def _degree(doubled: Mapping[int, np.ndarray], outputs: Mapping[int, np.ndarray]) -> int | None:
     """The k with doubled == 2^k * outputs bit for bit on every output (None: no such k)."""
     for k in DEGREES:
-        if all(np.array_equal(doubled[i], o * o.dtype.type(2.0**k), equal_nan=True) for i, o in outputs.items()):
+        if all(
+            np.array_equal(doubled[i], o * o.dtype.type(2.0**k), equal_nan=True) for i, o in outputs.items()
+        ):
             return k
     return None
 

@@ -204,7 +204,9 @@ class Child:
         once, kind = self.request.sanitize, ""
         try:
             problems = replay(self.replay, kernel._functions, Path("replayed").resolve(), races=not once)
-            if not once and (self.replay / "draws" / "manifest.json").exists():  # calls drawn beyond the tests'
+            if (
+                not once and (self.replay / "draws" / "manifest.json").exists()
+            ):  # calls drawn beyond the tests'
                 problems += replay(self.replay / "draws", kernel._functions, Path("replayed/draws").resolve())
         except ReplayDied as e:  # its server died or hung in a call: a crash (or time-out), named
             problems, kind = [e.text], e.kind

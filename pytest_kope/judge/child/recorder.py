@@ -37,6 +37,8 @@ RACE_REPEATS = 3  # replays of the untransformed calls
 MAX_CALL_BYTES = 16 << 20
 MAX_TOTAL_BYTES = 96 << 20
 MAX_CALLS = 64
+
+
 @dataclass
 class Recorded:
     """The committed kernel's recorded calls: inputs on disk, outputs held by the controller."""
@@ -143,14 +145,21 @@ def _variants(c: int, call: Recorded, rank: int | None) -> Iterator[Variant]:
         for step, (what, inputs) in enumerate(refill.steps(call.inputs, c)):
             yield Variant(f"{c}-f{step}", refill.entry_name(step, what), inputs, same)
     for t, (name, factor, offset) in enumerate(TRANSFORMS[1:], 1):
-        yield Variant(f"{c}-{t}", name, {i: _transform(x, factor, offset) for i, x in call.inputs.items()}, same)
+        yield Variant(
+            f"{c}-{t}", name, {i: _transform(x, factor, offset) for i, x in call.inputs.items()}, same
+        )
     for m, (name, mode) in enumerate(torchmodes.TRANSFORMS if torchmodes.is_torch(call.kinds) else ()):
         yield Variant(f"{c}-m{m}", name, {i: x.copy() for i, x in call.inputs.items()}, same, mode)
     for j, v in call.scalars.items() if chosen else ():
         if type(v) is float and v != 0.0:
             for way, factor in (("up", 10**draws.SCALAR_DECADES), ("down", 10**-draws.SCALAR_DECADES)):
                 name = f"as tested, scalar argument #{j} = {v * factor:g} (x{factor:g})"
-                yield Variant(f"{c}-s{j}{way}", name, {i: x.copy() for i, x in call.inputs.items()}, {**same, j: v * factor})
+                yield Variant(
+                    f"{c}-s{j}{way}",
+                    name,
+                    {i: x.copy() for i, x in call.inputs.items()},
+                    {**same, j: v * factor},
+                )
     for k, kind in enumerate(structure.KINDS["any"][1:] if rank == 0 else ()):
         laid = {i: structure.given(x, kind, draws.domain_of(x)) for i, x in call.inputs.items()}
         inputs = {i: x.copy() if (y := laid[i]) is None else y for i, x in call.inputs.items()}
@@ -225,7 +234,9 @@ def _transform(x: np.ndarray, factor: float, offset: float) -> np.ndarray:
     return arrays.scaled(x, factor, offset * (_magnitude(x) or 1.0))
 
 
-def _values(call: Recorded, inputs: dict[int, np.ndarray], scalars: dict[int, Any] | None = None) -> tuple[Any, ...]:
+def _values(
+    call: Recorded, inputs: dict[int, np.ndarray], scalars: dict[int, Any] | None = None
+) -> tuple[Any, ...]:
     values: list[Any] = []
     for i, a in enumerate(call.function.args):
         if a.role == SCALAR:

@@ -47,7 +47,9 @@ def chosen(calls: list[Any]) -> dict[int, int]:
         shapes_seen.add(shape)
         picked.setdefault(call.function.name, []).append((size, index))
     return {
-        index: rank for found in picked.values() for rank, (_, index) in enumerate(sorted(found, reverse=True)[:CALLS])
+        index: rank
+        for found in picked.values()
+        for rank, (_, index) in enumerate(sorted(found, reverse=True)[:CALLS])
     }
 
 

@@ -16,7 +16,16 @@ import numpy as np
 NONE = "none"
 # what a buffer of each domain may take: no value outside its domain (no -inf in a positive input)
 KINDS = {
-    "any": (NONE, "equal rows", "zero block", "constant block", "-inf mask", "NaN", "+-inf", "denormal block"),
+    "any": (
+        NONE,
+        "equal rows",
+        "zero block",
+        "constant block",
+        "-inf mask",
+        "NaN",
+        "+-inf",
+        "denormal block",
+    ),
     "nonneg": (NONE, "equal rows", "zero block", "constant block", "+inf", "denormal block"),
     "positive": (NONE, "equal rows", "constant block", "denormal block"),
 }

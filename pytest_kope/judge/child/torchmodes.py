@@ -15,7 +15,10 @@ from typing import Any
 
 MODES = ("default", "no_grad", "inference_mode", "requires_grad", "autocast")
 # each recorded call of a torch kernel is also replayed in these (name, mode), beside the transforms
-TRANSFORMS = (("as tested, inputs requiring grad", "requires_grad"), ("as tested, under torch.autocast", "autocast"))
+TRANSFORMS = (
+    ("as tested, inputs requiring grad", "requires_grad"),
+    ("as tested, under torch.autocast", "autocast"),
+)
 
 
 def is_torch(kinds: Mapping[Any, str]) -> bool:

@@ -31,7 +31,7 @@ from . import environments
 from .sandbox import HOST_ENV, KEEP, Finished
 
 if TYPE_CHECKING:
-    from .runner import Plan
+    from .plan import Plan
 
 EXECUTORS = ("local", "ray")
 

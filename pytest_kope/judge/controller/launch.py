@@ -144,7 +144,11 @@ class Launcher:
             spec = self._spec(request, work, into)
             timing = request.reference is not None
             env = self.child_env(
-                work, request.device, request.environment, cached=server is not None, sanitize=request.sanitize
+                work,
+                request.device,
+                request.environment,
+                cached=server is not None,
+                sanitize=request.sanitize,
             )
             jit = self._jit_cache(request.candidate) if server is None else None
             if jit is not None:
@@ -198,7 +202,9 @@ class Launcher:
         if request.compare is not None and judged.outcome in (Outcome.OK, Outcome.INCORRECT):
             compared = time.monotonic()
             judged.differential = request.compare(events, work / "replayed")
-            judged.replay_died = next((str(e.get("kind") or "") for e in events if e["event"] == "replayed"), "")
+            judged.replay_died = next(
+                (str(e.get("kind") or "") for e in events if e["event"] == "replayed"), ""
+            )
             judged.phases["compare"] = time.monotonic() - compared
         if forged:
             judged.notes.append(f"dropped {forged} unsigned line(s) in the child's results (forged)")

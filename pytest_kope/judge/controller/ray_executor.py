@@ -31,7 +31,7 @@ from .executors import EXECUTORS, Executor, Job, Ran, for_worker, judge_on_this_
 
 if TYPE_CHECKING:
     from ..request import JudgeRequest
-    from .runner import Plan
+    from .plan import Plan
 
 NODE = "kope_node"  # the custom resource a CPU timing takes whole (1 per node)
 CORRECTNESS_SHARE = 0.01  # of NODE (CPU), or of a device: many correctness runs fit beside each other

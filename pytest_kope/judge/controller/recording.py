@@ -62,7 +62,9 @@ def said_bar(rtol: float, source: str, recording: Recording | None) -> str:
     relaxed, most = recording.relaxed(rtol) if recording is not None else (0, 0.0)
     said = f"rtol {rtol:.3g}, {source}"
     if relaxed:
-        said += f"; on {relaxed} call(s) relaxed by the committed kernel's own error there (at most {most:.3g})"
+        said += (
+            f"; on {relaxed} call(s) relaxed by the committed kernel's own error there (at most {most:.3g})"
+        )
     return said
 
 

@@ -12,7 +12,6 @@ The committed kernel's own correctness run also records its calls for the differ
 from __future__ import annotations
 
 import json
-import os
 import queue
 import random
 import shutil
@@ -20,7 +19,7 @@ import tempfile
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -31,43 +30,13 @@ from ...spec import parse_spec
 from ..arrays import DEFAULT_RTOL, timed_rtol
 from ..child import drawing
 from ..outcome import Judged, Outcome
-from . import environments, sandbox
+from . import environments
 from .launch import Launcher, Request
+from .plan import Plan
 from .recording import Recording, said_bar
 from .verdict import interpret, replay_outcome  # noqa: F401 - interpret: the verdict's old home
 
 SANITIZED = "built with -fsanitize=address,undefined"
-
-
-@dataclass(kw_only=True)
-class Plan:
-    """What the controller knows of one operator's oracle (built by keywords: 24 fields)."""
-
-    operator: Operator
-    rootdir: Path
-    inifile: Path | None
-    files: list[Path]
-    correctness: list[str]  # base node ids
-    performance: list[str]
-    toolchain_env: dict[str, str] = field(default_factory=dict)
-    limits: sandbox.Limits = field(default_factory=sandbox.Limits)
-    seeds: int = 2
-    jobs: int = max(1, os.cpu_count() or 1)
-    keep: Path | None = None  # where to keep each child's log and source (the run dir)
-    devices: tuple[int, ...] = ()  # accelerator indices: one timing worker each; correctness spreads over all
-    plugins: tuple[str, ...] = ()  # extra pytest plugins the operator's tests need (ini `kope_plugins`)
-    ceilings: dict[str, Any] | None = None  # measured bandwidth/FMA ceilings, for host-timed kernels
-    fork_server: bool = True  # judge in children forked from warm servers, built once (launch.py)
-    min_gain: float = 0.05  # the gain a paired timing must decide (`--kope-min-gain`)
-    sequential: bool = True  # paired rounds stop once the 95% bound decides (else they run to the cap)
-    record_inputs: bool = True  # fork servers run a perf test's body once and children reuse its inputs
-    device_env_var: str | None = None  # the toolchain's variable that pins a child to one device
-    jit_cache_env: str | None = None  # the toolchain's variable for its JIT cache (one per candidate)
-    executor: Any = None  # where children run (`executors.py`): None judges on this machine
-    node: Any = None  # a NodeReservation shared by operators judged concurrently on this machine
-    timing_slots: queue.Queue[int | None] | None = None  # devices shared by those operators' timings
-    jail_required: bool = False  # candidates of this run run only jailed (checked where they run)
-    sanitize_env: str | None = None  # the toolchain's switch for a sanitized child (None: none is run)
 
 
 class Judge:
@@ -148,7 +117,9 @@ class Judge:
         self._sanitized(passed, None)
         if not passed.outcome.correct:
             self.sanitizing = False
-            committed.notes.append(f"no sanitized runs: the committed kernel fails one: {passed.reason[:400]}")
+            committed.notes.append(
+                f"no sanitized runs: the committed kernel fails one: {passed.reason[:400]}"
+            )
 
     def _draw_seeds(self) -> list[int]:
         """Fresh seeds for one correctness run (`--kope-seeds` of them, one per environment at least)."""
@@ -211,7 +182,9 @@ class Judge:
         """A candidate that passed runs its tests and the recorded calls once more, built and served
         sanitized (`toolchains/sanitize.py`): what the sanitizers report fails it, with their lines."""
         seed = self._draw_seeds()[:1]
-        once = self._child(Request(judged.candidate, self.plan.correctness, seed, device=device, sanitize=True))
+        once = self._child(
+            Request(judged.candidate, self.plan.correctness, seed, device=device, sanitize=True)
+        )
         if once.outcome == Outcome.INCORRECT and once.failed_runs:
             self._forgive_flaky(once, device, environments.USER)
         judged.seconds += once.seconds  # one phase of its own, its build included (the bench shows it apart)

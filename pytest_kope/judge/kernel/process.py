@@ -285,7 +285,11 @@ def _reported(folder: Path | None, lines: int = 4) -> str:
         except OSError:
             continue
         with os.fdopen(fd, "rb") as f:
-            text = f.read(1 << 16).decode(errors="replace").splitlines() if stat.S_ISREG(os.fstat(fd).st_mode) else []
+            text = (
+                f.read(1 << 16).decode(errors="replace").splitlines()
+                if stat.S_ISREG(os.fstat(fd).st_mode)
+                else []
+            )
         said = [line.strip() for line in text if line.strip(" =")]
         said = [line for line in said if not line.startswith("#") or line.startswith("#0 ")]
         if said:

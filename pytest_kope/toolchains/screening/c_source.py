@@ -21,7 +21,9 @@ FORBIDDEN_CALLS = (
 _FORBIDDEN_RE = re.compile(r"\b(" + "|".join(FORBIDDEN_CALLS) + r")\b\s*(\(|;|\[|\)|,|\})")
 # A kernel that asks whether it was built sanitized can be right only where it was (the judge's
 # sanitized run, `toolchains/sanitize.py`): the names it would ask with.
-_SANITIZER_RE = re.compile(r"__SANITIZE_\w+__|\b(address|undefined_behavior)_sanitizer\b|\b__(asan|ubsan|sanitizer)_\w*")
+_SANITIZER_RE = re.compile(
+    r"__SANITIZE_\w+__|\b(address|undefined_behavior)_sanitizer\b|\b__(asan|ubsan|sanitizer)_\w*"
+)
 _ASM_SYSCALL_RE = re.compile(r"\b(__asm__|asm)\b\s*(volatile\s*|__volatile__\s*)?\(\s*\"[^\"]*\bsyscall\b")
 # Flags a candidate may choose: optimization, target, code-generation and warning switches. Nothing that
 # loads code into the compiler (-fplugin), reads other files (-include, -I, @file, -specs) or links.
