@@ -22,12 +22,15 @@ import sqlite3
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tabulate import tabulate
 
 from .errors import KopeError
 from .memory import export_jsonl, import_jsonl
+
+if TYPE_CHECKING:
+    from .memory import Graph
 
 DEFAULT_DB = Path(".kope") / "experience.db"
 
@@ -169,7 +172,7 @@ def _run(args: argparse.Namespace, db_path: Path) -> int:
     return 0
 
 
-def _stats(graph: Any) -> None:
+def _stats(graph: Graph) -> None:
     stats = graph.stats()
     print(f"experience graph {stats['path']}")
     print(tabulate(sorted(stats["tables"].items()), headers=["table", "rows"]))
@@ -204,7 +207,7 @@ def _fmt(x: float | None, suffix: str = "") -> str:
     return "-" if x is None else f"{x:.2f}{suffix}"
 
 
-def _show(graph: Any, operator: str) -> int:
+def _show(graph: Graph, operator: str) -> int:
     tasks = graph.tasks(operator)
     if not tasks:
         known = sorted({t["operator"] for t in graph.tasks()})
@@ -237,15 +240,13 @@ def _show(graph: Any, operator: str) -> int:
     return 0
 
 
-def _committed(graph: Any, task_id: int) -> str | None:
+def _committed(graph: Graph, task_id: int) -> str | None:
     """The candidate hash last committed for the task (`Graph.mark_committed`), if any."""
-    from .memory.observe import last_committed
-
-    found = last_committed(graph, task_id)
+    found = graph.last_committed(task_id)
     return found["candidate_hash"] if found else None
 
 
-def _lessons(graph: Any, operator: str | None, limit: int) -> None:
+def _lessons(graph: Graph, operator: str | None, limit: int) -> None:
     rows = graph.lessons(operator=operator, limit=limit)
     if not rows:
         print("no lessons yet" + (f" about {operator}" if operator else ""))

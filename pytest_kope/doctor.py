@@ -29,6 +29,7 @@ from .session.planning import plan_for
 
 if TYPE_CHECKING:
     from .judge.outcome import Judged
+    from .operator import Operator
     from .session.run import OperatorRun, Run
 
 READY = "passes"
@@ -199,7 +200,7 @@ def _relative(path: str) -> str:
     return os.path.relpath(path) if os.path.isabs(path) and path.startswith(os.getcwd()) else path
 
 
-def _built_by(op: Any) -> str:
+def _built_by(op: Operator) -> str:
     """Who compiles the kernel after a merge, and so which tuning a winner's branch can carry."""
     if not op.own_build:
         return "pytest-kope (params and flags searched)"

@@ -227,6 +227,20 @@ class Graph:
                 text, data = f"committed to {branch} as {commit}", {"branch": branch, "commit": commit}
                 self._observe(attempt, "committed", text, data)
 
+    def last_committed(self, task_id: int) -> dict[str, Any] | None:
+        """The attempt last committed for the task (`mark_committed`): candidate_hash, and the branch
+        and commit it went to; None when nothing was."""
+        last = "a.task_id = ? AND o.kind = 'committed' ORDER BY o.id DESC LIMIT 1"
+        row = self.one(
+            "SELECT a.candidate_hash, o.data FROM observations o JOIN attempts a ON a.id = o.attempt_id"
+            f" WHERE {last}",
+            (task_id,),
+        )
+        if row is None:
+            return None
+        data = json.loads(row["data"]) if row["data"] else {}
+        return {"candidate_hash": row["candidate_hash"], **(data if isinstance(data, dict) else {})}
+
     def _observe(self, attempt_id: int, kind: str, text: str, data: Any) -> None:
         obs = {"attempt_id": attempt_id, "kind": kind, "text": text, "data": _json(data)}
         obs_id = new_id(self.db.table("observations").insert(obs))

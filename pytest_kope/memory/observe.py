@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict
 from typing import Any
@@ -53,18 +52,3 @@ def observations_of(judged: Judged) -> Iterator[tuple[str, str, dict[str, Any]]]
         yield "timing", text, asdict(t)
     for note in judged.notes:
         yield "note", note, {}
-
-
-def last_committed(graph: Any, task_id: int) -> dict[str, Any] | None:
-    """The attempt last committed for the task (`Graph.mark_committed`): candidate_hash, and the
-    branch and commit it went to; None when nothing was."""
-    last = "a.task_id = ? AND o.kind = 'committed' ORDER BY o.id DESC LIMIT 1"
-    row = graph.one(
-        "SELECT a.candidate_hash, o.data FROM observations o JOIN attempts a ON a.id = o.attempt_id"
-        f" WHERE {last}",
-        (task_id,),
-    )
-    if row is None:
-        return None
-    data = json.loads(row["data"]) if row["data"] else {}
-    return {"candidate_hash": row["candidate_hash"], **(data if isinstance(data, dict) else {})}

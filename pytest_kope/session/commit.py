@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..judge.controller import plaincheck
 from ..judge.outcome import Outcome
-from ..memory.observe import last_committed
 from ..review import report
 from ..review.publish import VerifiedWinner
 from ..review.summary import MachineBusy, OperatorSummary, Published, TimedRtol, Winner
@@ -66,7 +65,7 @@ def conclude(s: Run, loop: Operand, p: Progress, seconds: float) -> OperatorSumm
     verified: Judged | None = None
     winner = Winner()
     note = ""
-    earlier = last_committed(s.graph, loop.task)  # before this run commits anything
+    earlier = s.graph.last_committed(loop.task)  # before this run commits anything
     rtol, rtol_from = loop.judge.timed_rtol
     timed_rtol: TimedRtol = {"rtol": rtol, "from": rtol_from}
     plain: PlainRun | None = None  # the last plain pytest run on a file to commit

@@ -19,7 +19,7 @@ import pytest
 
 from ..agents.base import Agent, declared
 from ..errors import ConfigError, KopeError
-from ..judge.controller.executors import NodeReservation
+from ..judge.controller.executors import Executor, NodeReservation
 from ..judge.controller.plan import Plan
 from ..judge.outcome import Judged
 from ..scheduler import OneAtATime
@@ -37,7 +37,7 @@ class Concurrency:
 
     def __init__(self, settings: Settings):
         self.settings = settings
-        self.executor: Any = None  # a judge/executors.Executor; None judges on this machine
+        self.executor: Executor | None = None  # None judges on this machine
         self.node = NodeReservation() if settings.concurrency > 1 else None
         self.timing_slots: dict[tuple[int, ...], queue.Queue[int | None]] = {}
         self.faults: dict[str, list[str]] = {}  # operator -> judgements lost to the machinery

@@ -8,7 +8,7 @@ the Python declaration (`pylaunch`).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..errors import SpecError
 from ..spec import KernelSpec
@@ -16,8 +16,11 @@ from .base import INOUT, OUT, Arg
 from .cproto import parse_prototype
 from .pylaunch import kernel_args as python_args
 
+if TYPE_CHECKING:
+    from .base import Toolchain
 
-def kernel_args(tc: Any, spec: KernelSpec, where: str) -> dict[str, tuple[Arg, ...]]:
+
+def kernel_args(tc: Toolchain, spec: KernelSpec, where: str) -> dict[str, tuple[Arg, ...]]:
     """`tc`'s own reading where it has one, else the C grammar, else the Python one."""
     own = getattr(tc, "kernel_args", None)
     if own is not None:

@@ -69,6 +69,18 @@ class Executor(Protocol):
         `InfrastructureFault` when the machinery, not the child, failed."""
         ...
 
+    def cpus(self) -> int:
+        """The cores its workers have between them (the run's correctness workers)."""
+        ...
+
+    def describe(self) -> str:
+        """One line for the run's header: where children run."""
+        ...
+
+    def require(self, plan: Plan) -> None:
+        """Refuse (`ConfigError`) an operator this executor can never judge."""
+        ...
+
     def close(self) -> None: ...
 
 

@@ -32,6 +32,7 @@ from ..protocol import read_events
 from ..request import JudgeRequest, Shrink
 from . import environments, files, sandbox
 from .buildcache import BuildCache
+from .plan import Plan
 from .servers import ForkServer, Pool, ServerDied
 from .verdict import interpret, phases
 
@@ -65,7 +66,7 @@ class Request:
 class Launcher:
     """Starts judging children: forked from warm servers, or fresh sandboxed processes."""
 
-    def __init__(self, plan: Any):
+    def __init__(self, plan: Plan):
         self.plan = plan
         self.forking = bool(plan.fork_server) and plan.operator.toolchain in FORK_SAFE
         self.fresh = not self.forking
@@ -170,6 +171,7 @@ class Launcher:
     def _elsewhere(self, request: Request) -> Judged:
         """Judge through another executor: the same fresh child runs on a worker node, which sends
         back what it wrote (`Ran`); the verdict is read and decided here, as for a local child."""
+        assert self.remote is not None, "judged elsewhere only with an executor"
         work = Path(tempfile.mkdtemp(prefix=f"kope-{self.plan.operator.name}-"))
         try:
             key = secrets.token_bytes(32)

@@ -27,6 +27,7 @@ from typing import Any
 from ...toolchains import tools
 from ..kernel import hosting
 from . import environments, files, sandbox
+from .plan import Plan
 
 IGNORED = shutil.ignore_patterns(".git", ".kope", "__pycache__", ".pytest_cache")
 
@@ -61,7 +62,7 @@ class PlainRun:
 
 
 def run(
-    plan: Any,
+    plan: Plan,
     source: Path,
     text: str,
     top: Path | None = None,

@@ -29,6 +29,7 @@ from typing import Any
 
 from ...errors import Interrupted
 from . import files, sandbox
+from .plan import Plan
 
 
 class ServerDied(Exception):
@@ -38,7 +39,7 @@ class ServerDied(Exception):
 class ForkServer:
     """The controller's handle on one fork server: its pipes and its process."""
 
-    def __init__(self, plan: Any, index: int):
+    def __init__(self, plan: Plan, index: int):
         self.plan, self.index = plan, index
         self.root = Path(tempfile.mkdtemp(prefix=f"kope-{plan.operator.name}-server{index}-"))
         self.slot = self.root / "slot"  # the only writable path in its jail; one work folder per request
@@ -190,7 +191,7 @@ class ForkServer:
 class Pool:
     """Up to `size` warm servers for one operator; `acquire` hands one out, None when they are off."""
 
-    def __init__(self, plan: Any, size: int):
+    def __init__(self, plan: Plan, size: int):
         self.plan, self.size = plan, max(1, size)
         self.idle: queue.Queue[ForkServer] = queue.Queue()
         self.servers: list[ForkServer] = []

@@ -13,7 +13,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...candidate import Candidate
 from ...errors import BuildError, KernelError
@@ -21,6 +21,10 @@ from ...toolchains.base import Kernel, KernelFunction, Toolchain
 from . import cgroups
 from .process import Confinement, KernelProcess
 from .remote import Forwarded
+
+if TYPE_CHECKING:
+    from ...operator import Operator
+    from ...spec import KernelSpec
 
 ENV = "KOPE_KERNEL_SERVER"  # set (to "1") in every process whose kernels must be served, not loaded
 USER_ENV = "KOPE_SERVER_ENVIRONMENT"  # the user's environment (JSON), as a kernel server gets it
@@ -33,7 +37,9 @@ def wanted() -> bool:
     return os.environ.get(ENV, "") not in ("", "0")
 
 
-def serve(tc: Toolchain, candidate: Candidate, interface: Any, build_dir: Path, operator: Any) -> Kernel:
+def serve(
+    tc: Toolchain, candidate: Candidate, interface: KernelSpec, build_dir: Path, operator: Operator
+) -> Kernel:
     """Start a server for `candidate` (built by `tc` into `build_dir`) and return its forwarding kernel;
     BuildError when the server cannot load it (a missing symbol, FP state changed at load)."""
     from ...toolchains.interface import kernel_args
