@@ -11,6 +11,7 @@ comes with its exact (Clopper-Pearson) 95% interval, which needs no assumption b
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
 import time
@@ -61,7 +62,9 @@ def clopper_pearson(k: int, n: int, confidence: float = 0.95) -> tuple[float, fl
 
 def one_pair(plan: Plan, index: int) -> dict[str, Any] | None:
     """One independent A/A pair: a fresh judge, a twin of its own; None when no timing came back."""
-    plan.fork_server, plan.sequential, plan.record_inputs = True, True, True  # the session's judge
+    plan = dataclasses.replace(
+        plan, fork_server=True, sequential=True, record_inputs=True
+    )  # the session's judge
     judge = Judge(plan, CToolchain().screen)
     op = plan.operator
     try:

@@ -32,6 +32,7 @@ the operators in turn), the rate given with its exact Clopper-Pearson 95% interv
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import random
 import statistics
@@ -169,9 +170,13 @@ def judge_operator(
     budget: int,
 ) -> dict[str, Any]:
     """Baseline, attempts in batches (correctness in parallel, then timing), one verification."""
-    plan.fork_server, plan.sequential = MODES[mode]["fork_server"], MODES[mode]["sequential"]
-    plan.record_inputs = MODES[mode]["record_inputs"]
-    plan.ceilings = ceilings
+    plan = dataclasses.replace(
+        plan,
+        fork_server=MODES[mode]["fork_server"],
+        sequential=MODES[mode]["sequential"],
+        record_inputs=MODES[mode]["record_inputs"],
+        ceilings=ceilings,
+    )
     tc = CToolchain()
     judge = Judge(plan, tc.screen)
     task = graph.task_id(plan.operator.name, plan.operator.family, "c", tc.fingerprint())

@@ -7,6 +7,7 @@ does inside its own process, its outputs on inputs it never saw decide.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import threading
@@ -131,8 +132,7 @@ def test_honest_candidate_passes_and_wrong_ones_are_named(tmp_path):
 
 def test_counts_what_each_test_really_ran(tmp_path):
     """A test that makes its own inputs runs once per child whatever the seeds; it counts once."""
-    plan = _c_plan(tmp_path)
-    plan.seeds = 3
+    plan = dataclasses.replace(_c_plan(tmp_path), seeds=3)
     judge = Judge(plan, lambda c: [])
     try:
         base = judge.baseline(plan.operator.baseline())
@@ -238,8 +238,7 @@ def test_python_candidate_is_judged_by_its_outputs_outside_its_process(tmp_path)
         "    tx, ty = torch.from_numpy(x), torch.from_numpy(y)\n"
         "    return tx, ty\n",
     )
-    plan = _repo(tmp_path, "softmax.py", TRITON_KERNEL, tests)
-    plan.seeds = 1
+    plan = dataclasses.replace(_repo(tmp_path, "softmax.py", TRITON_KERNEL, tests), seeds=1)
     judge = Judge(plan, lambda c: screening.screen_python_source(c.source, c.filename))
     try:
         base = judge.baseline(plan.operator.baseline())
@@ -296,7 +295,7 @@ class ScriptedSeeds(Judge):
 def test_a_flaky_test_is_the_tests_fault_not_the_candidates(tmp_path):
     tests = TESTS.format(source="softmax.c", empty="np.empty_like(x)", args="x, y, *x.shape", out="y")
     plan = _repo(tmp_path, "softmax.c", C_KERNEL, tests + FLAKY_TEST)
-    plan.correctness = [*IDS, "test_softmax.py::test_too_tight_for_some_inputs"]
+    plan = dataclasses.replace(plan, correctness=[*IDS, "test_softmax.py::test_too_tight_for_some_inputs"])
     # the committed kernel: first on a seed that breaks the test (retried), then the candidate on one
     judge = ScriptedSeeds(plan, [[2013, 4], [5, 6], [1013, 8]])
     try:

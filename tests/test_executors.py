@@ -3,6 +3,7 @@ back, the node reservation, and the scheduler of concurrent operators."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from pathlib import Path
@@ -83,7 +84,7 @@ def test_the_toolchain_environment_travels_less_the_nodes_own() -> None:
         toolchain_env=toolchain_env,
         device_env_var="ASCEND_RT_VISIBLE_DEVICES",
     )
-    plan.node = SimpleNamespace()
+    plan = dataclasses.replace(plan, node=SimpleNamespace())
     assert for_worker(plan).toolchain_env == {
         "KOPE_C_SCREEN_BINARY": "0",
         "SOC_VERSION": "Ascend910B",

@@ -7,6 +7,7 @@ are out of its reach, and a candidate that kills its server only gets judged aga
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -127,8 +128,9 @@ def _plan(tmp_path: Path, jobs: int = 1, tests: str = TESTS) -> Plan:
         performance=[],
         toolchain_env=env,
     )
-    plan.performance, plan.jobs, plan.keep = ["test_scale.py::test_scale_perf"], jobs, tmp_path / "kept"
-    return plan
+    return dataclasses.replace(
+        plan, performance=["test_scale.py::test_scale_perf"], jobs=jobs, keep=tmp_path / "kept"
+    )
 
 
 def _candidate(plan: Plan, text: str) -> Candidate:
@@ -197,7 +199,9 @@ def test_the_tests_own_code_is_told_apart_from_the_kernel_and_the_judge(tmp_path
             "    kernel.scale(x, y, n)\n", "    time.sleep(0.05)\n    kernel.scale(x, y, n)\n"
         ).replace("import numpy", "import time\nimport numpy"),
     )
-    plan.seeds = 2  # 2 tests x 2 seeds: 4 bodies of 50 ms, each calling a 300 ms kernel
+    plan = dataclasses.replace(
+        plan, seeds=2
+    )  # 2 tests x 2 seeds: 4 bodies of 50 ms, each calling a 300 ms kernel
     judge = Judge(plan, lambda c: [])
     slow = _candidate(
         plan, KERNEL.format(prelude="#include <unistd.h>", body="    usleep(300000);", after="")
@@ -246,8 +250,7 @@ def test_the_cache_adopts_only_the_key_the_server_named(tmp_path):
 
 
 def test_the_old_path_still_judges(tmp_path):
-    plan = _plan(tmp_path)
-    plan.fork_server = False
+    plan = dataclasses.replace(_plan(tmp_path), fork_server=False)
     judge = Judge(plan, lambda c: [])
     try:
         base = judge.baseline(plan.operator.baseline())
@@ -707,10 +710,13 @@ class TestSpeed:
 
 def test_a_perf_test_in_a_class_with_fixtures_is_recorded_too(tmp_path):
     plan = _plan(tmp_path, tests=TESTS.split("def test_scale_perf")[0] + PERF_IN_A_CLASS)
-    plan.performance = [
-        "test_scale.py::TestSpeed::test_scale_perf[4096]",
-        "test_scale.py::TestSpeed::test_scale_perf[65536]",
-    ]
+    plan = dataclasses.replace(
+        plan,
+        performance=[
+            "test_scale.py::TestSpeed::test_scale_perf[4096]",
+            "test_scale.py::TestSpeed::test_scale_perf[65536]",
+        ],
+    )
     judge = Judge(plan, lambda c: [])
     twin = _candidate(plan, KERNEL.format(prelude="", body="", after="") + "\n")
     try:

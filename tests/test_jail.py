@@ -9,6 +9,7 @@ host side is checked too: no marker written, no connection made, no link followe
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import site
 import socket
@@ -54,8 +55,7 @@ def _plan(tmp_path: Path) -> Plan:
     )
     (tmp_path / "repo").mkdir()
     plan = _repo(tmp_path / "repo", "softmax.py", TRITON_KERNEL, tests)
-    plan.seeds = 2
-    return plan
+    return dataclasses.replace(plan, seeds=2)
 
 
 def _judge(tmp_path: Path, monkeypatch, attempts: dict[str, str]) -> dict[str, Judged]:

@@ -9,6 +9,7 @@ ceilings are this machine's own, divided as a busy probe would have measured the
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from pathlib import Path
 from typing import Any
@@ -51,12 +52,19 @@ def rowsum_plan(tmp_path: Path, ceilings: dict[str, Any]) -> Plan:
         correctness=ids,
         performance=["rowsum/test_rowsum.py::test_rowsum_perf"],
     )
-    plan.toolchain_env, plan.limits, plan.jobs = {"OMP_WAIT_POLICY": "passive"}, sandbox.Limits(wall_s=120), 1
-    plan.ceilings, plan.keep = ceilings, tmp_path / "kept"
-    return plan
+    return dataclasses.replace(
+        plan,
+        toolchain_env={"OMP_WAIT_POLICY": "passive"},
+        limits=sandbox.Limits(wall_s=120),
+        jobs=1,
+        ceilings=ceilings,
+        keep=tmp_path / "kept",
+    )
 
 
 def timed(tmp_path: Path, plan: Plan, source: str, remeasured: dict[str, Any] | None) -> Any:
+    """The candidate's timing, how often the ceilings were measured again, and those the judge
+    holds timings to after."""
     judge = Judge(plan, lambda c: [])
     calls: list[int] = []
     if remeasured is not None:
@@ -71,36 +79,36 @@ def timed(tmp_path: Path, plan: Plan, source: str, remeasured: dict[str, Any] | 
         assert base.outcome == Outcome.OK, base.failures
         (judged,) = judge.correctness([Candidate(source, "rowsum.c", "c", idea="t", agent="replay")])
         assert judged.outcome == Outcome.OK, judged.failures
-        return judge.performance(judged, base.candidate), calls
+        return judge.performance(judged, base.candidate), calls, judge.ceilings
     finally:
         judge.close()
 
 
 def test_an_honest_kernel_under_a_busy_probes_ceilings_is_timed_again_and_believed(tmp_path, true_ceilings):
     plan = rowsum_plan(tmp_path, busy(true_ceilings, 100))
-    judged, calls = timed(tmp_path, plan, TWIN.read_text(), true_ceilings)
+    judged, calls, ceilings = timed(tmp_path, plan, TWIN.read_text(), true_ceilings)
     assert calls == [1]
     assert judged.outcome == Outcome.OK and judged.timings, (judged.outcome, judged.notes)
     assert any(n.startswith("timed again") for n in judged.notes), judged.notes
-    assert plan.ceilings == true_ceilings
+    assert ceilings == true_ceilings
 
 
 def test_without_a_second_measurement_the_busy_probes_ceilings_stand(tmp_path, true_ceilings):
     plan = rowsum_plan(tmp_path, busy(true_ceilings, 100))
-    judged, _ = timed(tmp_path, plan, TWIN.read_text(), None)
+    judged, _, _ = timed(tmp_path, plan, TWIN.read_text(), None)
     assert judged.outcome == Outcome.SUSPECT, judged.notes
     assert "faster than physics allows" in judged.reason
 
 
 def test_ceilings_that_did_not_rise_time_nothing_again(tmp_path, true_ceilings):
     plan = rowsum_plan(tmp_path, busy(true_ceilings, 100))
-    judged, calls = timed(tmp_path, plan, TWIN.read_text(), busy(true_ceilings, 100))
+    judged, calls, _ = timed(tmp_path, plan, TWIN.read_text(), busy(true_ceilings, 100))
     assert calls == [1] and judged.outcome == Outcome.SUSPECT, judged.notes
     assert not any(n.startswith("timed again") for n in judged.notes), judged.notes
 
 
 def test_a_time_still_beyond_the_risen_ceilings_stays_suspect(tmp_path, true_ceilings):
     plan = rowsum_plan(tmp_path, busy(true_ceilings, 100))
-    judged, calls = timed(tmp_path, plan, TWIN.read_text(), busy(true_ceilings, 50))
+    judged, calls, _ = timed(tmp_path, plan, TWIN.read_text(), busy(true_ceilings, 50))
     assert calls == [1] and judged.outcome == Outcome.SUSPECT, judged.notes
     assert any(n.startswith("timed again") for n in judged.notes), judged.notes

@@ -93,10 +93,10 @@ class Concurrency:
             except Exception:  # noqa: BLE001 - the operator that needs it meets the same error and says it
                 pass
 
-    def share(self, plan: Plan) -> None:
-        """Give `plan` the run's executor and node; check the executor can judge it, or, with operators
-        at once on this machine, share one queue of timing devices between them."""
-        plan.executor, plan.node = self.executor, self.node
+    def share(self, plan: Plan) -> Plan:
+        """`plan` with the run's executor and node; checks the executor can judge it, or, with operators
+        at once on this machine, shares one queue of timing devices between them."""
+        plan = dataclasses.replace(plan, executor=self.executor, node=self.node)
         if self.executor is not None:
             try:
                 self.executor.require(plan)
@@ -109,7 +109,8 @@ class Concurrency:
                     for device in plan.devices or (None,):
                         slots.put(device)
                     self.timing_slots[plan.devices] = slots
-            plan.timing_slots = self.timing_slots[plan.devices]
+            plan = dataclasses.replace(plan, timing_slots=self.timing_slots[plan.devices])
+        return plan
 
     def fault(self, operator: str, j: Judged) -> None:
         """A judgement lost to the machinery: reported, never recorded as the candidate's verdict."""

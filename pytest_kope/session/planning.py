@@ -57,8 +57,7 @@ def plan_for(s: Run, run: OperatorRun) -> tuple[Plan, Toolchain]:
         sanitize_env=None if op.own_build else tc.sanitize_env,  # a repo's own build takes no flags of ours
         jail_required=s.agent.needs_jail and not s.settings.allow_unjailed,
     )
-    s.concurrency.share(plan)  # the executor and node; timing devices shared by operators at once
-    return plan, tc
+    return s.concurrency.share(plan), tc  # the executor and node; timing devices shared by operators at once
 
 
 def _nodeid(s: Run, item: pytest.Item) -> str:

@@ -74,6 +74,9 @@ class Launcher:
         self.cache: BuildCache | None = None
         self.jit_root: Path | None = None  # per-candidate JIT caches (`_jit_cache`)
         self.notes: list[str] = []  # said once: why the servers are off
+        self.ceilings = (
+            plan.ceilings
+        )  # measured bandwidth/FMA ceilings: raised by the judge (`Judge._ceilings_rose`)
         self.remote = plan.executor  # None: judge here; else where it runs each child (`executors.py`)
         self.private = False  # every build private: no JIT cache shared between children
         self.timed_rtol = plan.operator.rtol if plan.operator.rtol is not None else DEFAULT_RTOL  # `Judge`'s
@@ -228,7 +231,7 @@ class Launcher:
             record=str(record) if record else None,
             replay=str(request.replay_from) if request.replay_from else None,
             rtol=self.timed_rtol,
-            ceilings=plan.ceilings if reference is not None else None,
+            ceilings=self.ceilings if reference is not None else None,
             min_gain=plan.min_gain if plan.sequential else None,
             record_inputs=plan.record_inputs,
             environment=request.environment,

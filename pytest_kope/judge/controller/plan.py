@@ -13,9 +13,10 @@ from ...operator import Operator
 from . import sandbox
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, frozen=True)
 class Plan:
-    """What the controller knows of one operator's oracle (built by keywords: 24 fields)."""
+    """What the controller knows of one operator's oracle (built by keywords: 24 fields), fixed once
+    made: the run's share of the machine is given by `Concurrency.share`, which makes a new one."""
 
     operator: Operator
     rootdir: Path

@@ -62,6 +62,12 @@ class Judge:
         # called before a `suspect` verdict stands, since a probe run on a busy machine measures low
         self.remeasure: Callable[[], dict[str, Any] | None] | None = None
 
+    @property
+    def ceilings(self) -> dict[str, Any] | None:
+        """The machine's ceilings the judge holds timings to now (the plan's, or higher ones measured
+        again before a `suspect` verdict stood)."""
+        return self.launcher.ceilings
+
     def fresh_processes(self) -> None:
         """Judge in fresh processes from now on, each building its own kernels: the verification of a
         winner, where independence from everything before matters more than speed."""
@@ -301,13 +307,13 @@ class Judge:
 
     def _ceilings_rose(self) -> bool:
         """Whether the ceilings, measured again, are higher than the ones the timing was held to."""
-        before = self.plan.ceilings
+        before = self.launcher.ceilings
         if self.remeasure is None or not before:
             return False
         after = self.remeasure()
         if after is None or all(after.get(k) == before.get(k) for k in ("read", "write", "copy", "gflops")):
             return False
-        self.plan.ceilings = after
+        self.launcher.ceilings = after
         return True
 
     def _child(self, request: Request, replay: bool = True) -> Judged:
