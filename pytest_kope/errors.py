@@ -20,6 +20,19 @@ class BuildError(KopeError):
         super().__init__(f"build of {source} failed:\n{log.rstrip()}")
 
 
+class LoweringFailed(BuildError):
+    """A Triton kernel launch that does not compile for the Ascend target (the check every launch of a
+    `triton-ascend` kernel passes through without an NPU); the message is one line: kernel, target,
+    stage and triton-ascend's first error."""
+
+    def __init__(self, source: str, line: str):
+        self.line = line
+        super().__init__(source, line)
+
+    def __str__(self) -> str:
+        return self.line
+
+
 class BuildFailed(KopeError):
     """A test's kernel could not be built or loaded (the message names the operator, the file and why);
     every test of that candidate fails with it."""

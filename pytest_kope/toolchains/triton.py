@@ -149,7 +149,7 @@ class TritonToolchain(ToolchainBase):
             _check_interpreter(self.name)
             os.environ["TRITON_INTERPRET"] = "1"  # read by triton.jit while the module is imported
         module = pylaunch.load_module(path, where)
-        raw = self._wrap(pylaunch.launchers(module, args, where), module, build_dir)
+        raw = pylaunch.launchers(module, args, where)
         if mode != "cuda" and devices.triton_flavour() == "ascend":
             raw = {name: _quiet(fn) for name, fn in raw.items()}
         # Not reentrant: Triton's interpreter is not thread-safe (measured: a concurrent replay that
@@ -164,10 +164,6 @@ class TritonToolchain(ToolchainBase):
             build_log=log,
             extra={"device": self.device(), "mode": mode, "params": params, "module": module},
         )
-
-    def _wrap(self, fns: dict[str, Any], module: Any, build_dir: Path) -> dict[str, Any]:
-        """Hook for subclasses that check launches (the Ascend build gate); identity here."""
-        return fns
 
     def timer(self) -> Timer:
         if self.mode() != "cuda":

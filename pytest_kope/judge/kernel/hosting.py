@@ -77,7 +77,7 @@ def serve(tc: Toolchain, candidate: Candidate, interface: Any, build_dir: Path, 
     functions = {
         name: KernelFunction(
             name,
-            Forwarded(server, name, args, served.checks.get(name, _no_check)),
+            Forwarded(server, name, args, served.checks.get(name, _no_check), launched=served.launched),
             args,
             reentrant=bool(answer.get("reentrant", False)),
         )

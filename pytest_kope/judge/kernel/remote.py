@@ -36,6 +36,7 @@ class Forwarded:
     args: tuple[Arg, ...]
     check: Callable[[tuple[Any, ...]], None] = lambda values: None
     fp_check: bool = True  # the server reports a changed floating-point control state after each call
+    launched: Callable[[list[Any]], None] | None = None  # the toolchain's check of a call's launches
     __name__: str = field(init=False, default="")
 
     def __post_init__(self) -> None:
@@ -54,6 +55,7 @@ class Forwarded:
             finally:
                 for view, value in staged:  # even after a failure: what the call left is what it left
                     _copy(value, view)
+        self.reported(answer)
         changed = answer.get("changed") or []
         if changed:
             raise GuardViolation(f"kernel {self.name}() " + "; ".join(str(c)[:300] for c in changed[:4]))
@@ -84,6 +86,11 @@ class Forwarded:
                 described[i] = _array(value, segment.id, offset)
                 staged.append((view, value))
         return described, staged
+
+    def reported(self, answer: dict[str, Any]) -> None:
+        """Hand the launches the server reported with `answer` to the toolchain's check (it may raise)."""
+        if self.launched is not None and answer.get("launches"):
+            self.launched(list(answer["launches"]))
 
     # -- timing ----------------------------------------------------------------------------------------
     def allocate(self, template: Any) -> Any:
@@ -128,7 +135,10 @@ class Blocks:
         calls from call number `start` (cycling the sets)."""
         server = self.fn.server
         with server.channel() as channel:
-            return server.timed({"op": "block", "sets": self.id, "start": start, "n": n}, channel, clock)
+            message = {"op": "block", "sets": self.id, "start": start, "n": n}
+            seconds, answer = server.timed(message, channel, clock)
+        self.fn.reported(answer)
+        return seconds
 
 
 def _is_array(value: Any) -> bool:
