@@ -42,7 +42,7 @@ def plan_for(s: Run, run: OperatorRun) -> tuple[Plan, Toolchain]:
         files=files,
         correctness=correctness,
         performance=performance,
-        toolchain_env=judging_env(tc),
+        toolchain_env={**judging_env(tc), **_selection(s.config)},
         limits=sandbox.Limits(wall_s=s.settings.timeout, device=bool(tc.count_devices())),
         seeds=s.settings.seeds,
         jobs=s.settings.jobs,
@@ -59,6 +59,14 @@ def plan_for(s: Run, run: OperatorRun) -> tuple[Plan, Toolchain]:
     )
     s.concurrency.share(plan)  # the executor and node; timing devices shared by operators at once
     return plan, tc
+
+
+def _selection(config: pytest.Config) -> dict[str, str]:
+    """The run's toolchain choice, for judging children (they read the ini, not the command line)."""
+    from ..toolchains.selection import ENV, selected
+
+    chosen = selected(config)
+    return {ENV: ",".join(chosen)} if chosen else {}
 
 
 def _nodeid(s: Run, item: pytest.Item) -> str:

@@ -73,8 +73,11 @@ def toolchain_of(config: pytest.Config, name: str) -> Toolchain:
 
 
 def toolchain_for(config: pytest.Config, source: Path) -> str | None:
-    """The name of the first registered toolchain whose `extensions` include the source's suffix."""
-    for name in names(config):
+    """The name of the first toolchain whose `extensions` include the source's suffix: those the run
+    selected (`--kope-toolchain`, ini `kope_toolchain`; `selection.py`) first, then every registered one."""
+    from .selection import selected
+
+    for name in dict.fromkeys([*selected(config), *names(config)]):
         try:
             tc = toolchain_of(config, name)
         except ToolchainMissing:  # listed, but no plugin makes it

@@ -32,7 +32,7 @@ from ..spec import KernelSpec, Scalar
 from . import devices, pylaunch
 from .base import Arg, Availability, Kernel, KernelFunction, Timer, ToolchainBase
 
-EXTRA_HINT = "pip install 'pytest-kope[triton]' (CPU-only machine: pip install torch==2.13.0 first)"
+EXTRA_HINT = "pip install torch==2.13.0 'pytest-kope[triton]' (torch's CPU wheel; on a GPU machine, no pin)"
 INTERPRETER_WHY = "Triton on CPU runs in the interpreter; its time means nothing"
 
 
@@ -49,8 +49,10 @@ class TritonToolchain(ToolchainBase):
     # -- where it runs ---------------------------------------------------------------------------
     def _missing(self) -> str | None:
         missing = [m for m in ("triton", "torch") if not devices.importable(m)]
+        if missing == ["torch"]:
+            return "torch not installed: pip install torch==2.13.0 (torch's CPU wheel; on a GPU machine, no pin)"
         if missing:
-            return f"{' and '.join(missing)} not installed: {EXTRA_HINT.replace('triton]', self.extra + ']')}"
+            return f"{' and '.join(missing)} not installed: {EXTRA_HINT}"
         return None
 
     def _devices(self) -> dict[str, Any]:

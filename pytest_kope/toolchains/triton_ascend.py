@@ -36,6 +36,8 @@ from .base import Availability, Kernel, Served, Timer
 from .triton import INTERPRETER_WHY, TritonToolchain
 
 DEFAULT_TARGET = "Ascend910B2"
+TORCH_PIN = "torch==2.13.0"  # torch's CPU wheel where the index has it; never an unpinned torch (CUDA)
+VENV_HINT = f"python -m venv .venv-ascend && .venv-ascend/bin/pip install {TORCH_PIN} 'pytest-kope[ascend]'"
 
 
 def gate_target() -> str:
@@ -52,12 +54,15 @@ class TritonAscendToolchain(TritonToolchain):
     passes_env: tuple[str, ...] = ("TRITON_INTERPRET", *devices.CANN_ENV)
 
     def _missing(self) -> str | None:
-        missing = [m for m in ("triton", "torch") if not devices.importable(m)]
-        if missing:
-            return (
-                f"{' and '.join(missing)} not installed: pip install 'pytest-kope[ascend]' "
-                "(in an environment without community triton; CPU-only: pip install torch==2.13.0 first)"
-            )
+        """What is not installed, and the one command that installs it (torch's CPU wheel, pinned: an
+        unpinned torch is the CUDA build, several GB)."""
+        torch, triton = devices.importable("torch"), devices.importable("triton")
+        if not torch and not triton:
+            return f"triton-ascend and torch not installed: pip install {TORCH_PIN} 'pytest-kope[ascend]'"
+        if not torch:
+            return f"torch not installed: pip install {TORCH_PIN} (on an NPU machine: the torch your torch_npu names)"
+        if not triton:
+            return "triton-ascend not installed: pip install 'pytest-kope[ascend]' (in an environment without community triton)"
         return None
 
     def _devices(self) -> dict[str, Any]:
@@ -88,21 +93,22 @@ class TritonAscendToolchain(TritonToolchain):
         if mode == "interpreter+gate":
             numpy = devices.installed("numpy") or "0"
             caveat = (
-                f"; numpy {numpy} breaks loops with runtime bounds in triton-ascend's interpreter, "
-                "install numpy<2"
+                f"; numpy {numpy} breaks loops with runtime bounds in triton-ascend's interpreter: "
+                "pip install 'numpy<2'"
                 if int(numpy.split(".")[0]) >= 2
                 else ""
             )
             return Availability(
                 True,
                 f"interpreter + Ascend lowering check (triton-ascend "
-                f"{devices.installed('triton-ascend')}, target {gate_target()}, "
-                f"TTIR->Linalg); correctness only, no timing: {found['why']}{caveat}",
+                f"{devices.installed('triton-ascend')}, target {gate_target()}, every launch through "
+                f"TTIR to Linalg; the NPU binary needs CANN); correctness only, no timing: "
+                f"{found['why']}{caveat}",
             )
         return Availability(
             True,
-            "interpreter only, no Ascend lowering check (community triton is installed; "
-            f"use triton-ascend in its own environment); no timing: {found['why']}",
+            "interpreter only, no Ascend lowering check: the installed triton is community triton; for "
+            f"the check, a separate environment: {VENV_HINT}; no timing: {found['why']}",
         )
 
     def fingerprint(self) -> dict[str, Any]:
