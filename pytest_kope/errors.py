@@ -84,10 +84,11 @@ class GuardViolation(AssertionError):
 
 class KernelError(KopeError):
     """A kernel call failed in its kernel server: the kernel's own error, or what the server found it
-    left changed (`kind` names it, e.g. GuardViolation); the text is the server's, data only."""
+    left changed (`kind` names it, e.g. GuardViolation); the text is the server's, data only.
+    `launches`: the kernel launches the call reported, checked before the error."""
 
-    def __init__(self, message: str, kind: str = ""):
-        self.kind = kind
+    def __init__(self, message: str, kind: str = "", launches: list[object] | None = None):
+        self.kind, self.launches = kind, launches or []
         super().__init__(message)
 
 

@@ -78,7 +78,7 @@ class Lowering:
 
     def _failure(self, kernel: str, stage: str, error: str) -> LoweringFailed:
         version = devices.installed("triton-ascend") or "?"
-        where = "Python -> TTIR" if stage == "ttir" else stage
+        where = {"frontend": "Python -> TTIR", "ttir": "TTIR"}.get(stage, stage)
         return LoweringFailed(
             self.filename,
             f"kernel {kernel} does not lower for Ascend ({self.target}, triton-ascend {version}) "

@@ -129,7 +129,10 @@ def linalg(folder: Path) -> dict[str, Any]:
     text = ttir.read_text()
     options = dict(request["options"])
     if not options.get("compile_on_910_95") and re.search(r"\bf64\b", text):
-        return {"fail": "ttir", "error": f"fp64 values in the kernel: {FP64_RULE} (triton-ascend's rule)"}
+        return {
+            "fail": "ttir",
+            "error": f"fp64 values in the kernel: {FP64_RULE} (triton-ascend's rule for casts, on the TTIR)",
+        }
     try:
         triton.compile(str(ttir), target=GPUTarget("npu", request["target"], 0), options=options)
         stage = "npubin"
@@ -176,7 +179,7 @@ def main(argv: list[str]) -> int:
     try:
         answer = frontend(folder) if stage == "frontend" else linalg(folder)
     except Exception as e:  # noqa: BLE001 - the kernel's compile error, reported as data
-        answer = {"fail": "ttir" if stage == "frontend" else stage, "error": _exception(e)}
+        answer = {"fail": stage, "error": _exception(e)}
     sys.stdout.write("\n" + json.dumps(answer) + "\n")
     return 0
 

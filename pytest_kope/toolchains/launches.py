@@ -81,7 +81,9 @@ def describe(fn: Any, arg_names: list[str], constexprs: list[str], args: Any, kw
     """The launch of Python function `fn` (the interpreter's, defined in the kernel's module) on
     `args` and `kwargs`; TypeError for an argument Triton cannot take."""
     params = {k: v for k, v in kwargs.items() if k in arg_names}
-    options = tuple(sorted((k, v) for k, v in kwargs.items() if k not in arg_names and k != "grid"))
+    options = tuple(
+        sorted((k, v) for k, v in kwargs.items() if k not in arg_names and k not in ("grid", "warmup"))
+    )
     bound = inspect.signature(fn).bind(*args, **params)
     bound.apply_defaults()
     runtime, constants = [], []

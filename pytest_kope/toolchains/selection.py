@@ -71,5 +71,5 @@ def notice(config: pytest.Config, operators: Iterable[Operator]) -> str | None:
     return (
         f"kope: {', '.join(on_triton)} run on toolchain 'triton', but the installed triton is "
         "triton-ascend: no Ascend lowering check; select it with --kope-toolchain triton-ascend "
-        "(or ini kope_toolchain = triton-ascend)"
+        "(or ini kope_toolchain = triton-ascend; a marker's own toolchain= wins)"
     )

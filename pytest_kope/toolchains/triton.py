@@ -42,15 +42,17 @@ class TritonToolchain(ToolchainBase):
     name = "triton"
     extensions: tuple[str, ...] = (".py",)
     extra = "triton"
-    device_env_var = "CUDA_VISIBLE_DEVICES"
-    jit_cache_env = "TRITON_CACHE_DIR"  # a candidate's kernels compile once a run, not once per child
+    device_env_var: str | None = "CUDA_VISIBLE_DEVICES"
+    jit_cache_env: str | None = "TRITON_CACHE_DIR"  # a candidate's kernels compile once a run, not once per child
     passes_env: tuple[str, ...] = ("TRITON_INTERPRET", "TORCH_DEVICE_BACKEND_AUTOLOAD")
 
     # -- where it runs ---------------------------------------------------------------------------
     def _missing(self) -> str | None:
         missing = [m for m in ("triton", "torch") if not devices.importable(m)]
         if missing == ["torch"]:
-            return "torch not installed: pip install torch==2.13.0 (torch's CPU wheel; on a GPU machine, no pin)"
+            return (
+                "torch not installed: pip install torch==2.13.0 (torch's CPU wheel; on a GPU machine, no pin)"
+            )
         if missing:
             return f"{' and '.join(missing)} not installed: {EXTRA_HINT}"
         return None

@@ -50,7 +50,7 @@ class TritonAscendToolchain(TritonToolchain):
 
     name = "triton-ascend"
     extra = "ascend"
-    device_env_var = "ASCEND_RT_VISIBLE_DEVICES"
+    device_env_var: str | None = "ASCEND_RT_VISIBLE_DEVICES"
     passes_env: tuple[str, ...] = ("TRITON_INTERPRET", *devices.CANN_ENV)
 
     def _missing(self) -> str | None:

@@ -237,7 +237,12 @@ class KernelProcess:
     @staticmethod
     def _checked(answer: dict[str, Any]) -> dict[str, Any]:
         if "error" in answer:
-            raise KernelError(str(answer["error"])[:2000], str(answer.get("kind", ""))[:100])
+            launches = answer.get("launches")
+            raise KernelError(
+                str(answer["error"])[:2000],
+                str(answer.get("kind", ""))[:100],
+                launches if isinstance(launches, list) else None,
+            )
         return answer
 
     def _announce(self, segment: Segment, channel: int | None) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import GuardViolation
+from ...errors import GuardViolation, KernelError
 from ...toolchains.base import Arg
 from . import callmodes
 from .process import KernelProcess
@@ -52,6 +52,9 @@ class Forwarded:
                 request = {"op": "call", "fn": self.name, "args": described, "check": self.fp_check}
                 modes = callmodes.current()  # the caller's torch modes, made the call's in the server
                 answer = self.server.ask({**request, "modes": modes} if modes else request, on=channel)
+            except KernelError as e:  # a launch that does not lower says so before the kernel's error
+                self.reported({"launches": e.launches})
+                raise
             finally:
                 for view, value in staged:  # even after a failure: what the call left is what it left
                     _copy(value, view)

@@ -229,7 +229,7 @@ class Server:
             try:
                 answer = self.handle(message, fds)
             except Exception as e:  # noqa: BLE001 - the kernel's own error, reported as data
-                answer = {"error": _text(e), "kind": type(e).__name__}
+                answer = self._reported({"error": _text(e), "kind": type(e).__name__})
             channel.send(answer)
 
 
