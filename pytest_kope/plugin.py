@@ -78,7 +78,7 @@ def pytest_report_collectionfinish(config: pytest.Config, items: list[pytest.Ite
     from .toolchains.selection import notice
 
     with border():
-        return notice(config, {op for item in items if (op := operator_of(item)) is not None})
+        return notice((op.name, op.toolchain) for item in items if (op := operator_of(item)) is not None)
 
 
 @pytest.hookimpl(wrapper=True)

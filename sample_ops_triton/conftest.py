@@ -3,7 +3,7 @@ with (`triton`, or `triton-ascend` with `--kope-toolchain triton-ascend`), and w
 
 import pytest
 
-from pytest_kope.toolchains.selection import for_suffix
+from pytest_kope.toolchains import for_suffix
 
 TOOLCHAIN = None
 

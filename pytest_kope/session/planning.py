@@ -63,7 +63,8 @@ def plan_for(s: Run, run: OperatorRun) -> tuple[Plan, Toolchain]:
 
 def _selection(config: pytest.Config) -> dict[str, str]:
     """The run's toolchain choice, for judging children (they read the ini, not the command line)."""
-    from ..toolchains.selection import ENV, selected
+    from ..toolchains import selected
+    from ..toolchains.selection import ENV
 
     chosen = selected(config)
     return {ENV: ",".join(chosen)} if chosen else {}

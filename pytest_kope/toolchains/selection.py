@@ -2,70 +2,39 @@
 
 ``--kope-toolchain NAME`` (repeatable) or the ini option ``kope_toolchain`` puts the named
 toolchains first when an operator's toolchain is told from its source's suffix (a marker's own
-``toolchain=`` still wins), so ``--kope-toolchain triton-ascend`` moves every ``.py`` operator of a
-Triton repo onto triton-ascend. Judging children get the choice through ``KOPE_TOOLCHAIN`` (they
-re-read the ini, not the command line). A run on plain ``triton`` where triton-ascend is installed
-says so in one line (`notice`): its operators then get no Ascend lowering check.
+``toolchain=`` still wins: `toolchains.toolchain_for`), so ``--kope-toolchain triton-ascend`` moves
+every ``.py`` operator of a Triton repo onto triton-ascend. Judging children get the choice through
+``KOPE_TOOLCHAIN`` (they re-read the ini, not the command line). A run on plain ``triton`` where
+triton-ascend is installed says so in one line (`notice`): its operators get no Ascend lowering check.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
 import pytest
-
-if TYPE_CHECKING:
-    from ..operator import Operator
-    from .base import Toolchain
 
 ENV = "KOPE_TOOLCHAIN"  # the selection, comma-separated, as judging children get it
 
 
-def selected(config: pytest.Config) -> list[str]:
-    """The toolchains chosen for this run: the option, else the ini, else `KOPE_TOOLCHAIN`; a name no
-    registered toolchain has is a usage error."""
-    from . import names
-
-    chosen = list(config.getoption("kope_toolchain", None) or [])
-    if not chosen:
+def chosen(config: pytest.Config) -> list[str]:
+    """The toolchains chosen for this run: the option, else the ini, else `KOPE_TOOLCHAIN`."""
+    names = list(config.getoption("kope_toolchain", None) or [])
+    if not names:
         try:
-            chosen = list(config.getini("kope_toolchain") or [])
+            names = list(config.getini("kope_toolchain") or [])
         except ValueError:  # the option is not registered (a config without pytest-kope's options)
-            chosen = []
-    if not chosen:
-        chosen = [n.strip() for n in os.environ.get(ENV, "").split(",") if n.strip()]
-    known = names(config)
-    for name in chosen:
-        if name not in known:
-            raise pytest.UsageError(
-                f"--kope-toolchain {name}: no toolchain of that name (known: {', '.join(known)})"
-            )
-    return chosen
+            names = []
+    return names or [n.strip() for n in os.environ.get(ENV, "").split(",") if n.strip()]
 
 
-def for_suffix(config: pytest.Config, suffix: str) -> Toolchain | None:
-    """The toolchain that builds sources ending in `suffix` in this run (None: no toolchain claims it).
-
-    For an operator repo's conftest, before any test module imports triton::
-
-        def pytest_configure(config):
-            for_suffix(config, ".py").prepare_process()
-    """
-    from pathlib import Path
-
-    from . import toolchain_for, toolchain_of
-
-    name = toolchain_for(config, Path(f"kernel{suffix}"))
-    return toolchain_of(config, name) if name else None
-
-
-def notice(config: pytest.Config, operators: Iterable[Operator]) -> str | None:
-    """One line when operators run on plain `triton` while triton-ascend is the installed triton."""
+def notice(operators: Iterable[tuple[str, str]]) -> str | None:
+    """One line when operators (name, toolchain) run on plain `triton` while the installed triton is
+    triton-ascend's."""
     from . import devices
 
-    on_triton = sorted({op.name for op in operators if op.toolchain == "triton"})
+    on_triton = sorted({name for name, toolchain in operators if toolchain == "triton"})
     if not on_triton or devices.triton_flavour() != "ascend":
         return None
     return (

@@ -43,7 +43,9 @@ class TritonToolchain(ToolchainBase):
     extensions: tuple[str, ...] = (".py",)
     extra = "triton"
     device_env_var: str | None = "CUDA_VISIBLE_DEVICES"
-    jit_cache_env: str | None = "TRITON_CACHE_DIR"  # a candidate's kernels compile once a run, not once per child
+    jit_cache_env: str | None = (
+        "TRITON_CACHE_DIR"  # a candidate's kernels compile once a run, not once per child
+    )
     passes_env: tuple[str, ...] = ("TRITON_INTERPRET", "TORCH_DEVICE_BACKEND_AUTOLOAD")
 
     # -- where it runs ---------------------------------------------------------------------------
