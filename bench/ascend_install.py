@@ -8,8 +8,9 @@ missing), then `pip install torch==2.13.0` (torch's CPU wheel). Then, on copies 
 - plain `pytest --kope-toolchain triton-ascend` (every sample kernel lowered at its launches),
 - `pytest --kope-check --kope-toolchain triton-ascend` (the same through judging children and
   kernel servers: the committed kernels pass),
-- each kernel of `bench/ascend_heldout/` as gelu's committed kernel, by plain `pytest` and by
-  `--kope-check`: each must be rejected by the lowering check, in one line.
+- `kope judge OP <a copy of the sample kernel>` for each sample: judged `ok` (exit 0),
+- each kernel of `bench/ascend_heldout/`, by `kope judge gelu FILE`, and as gelu's committed kernel
+  by plain `pytest` and by `--kope-check`: each must be rejected by the lowering check, in one line.
 
 Prints a table and writes JSON. `--python PY` uses an existing environment instead of a fresh venv
 (no install steps): the smoke test runs it so in triton-ascend's venv.
@@ -105,10 +106,46 @@ def samples(python: str, work: Path, ops: list[str], rows: list[dict[str, Any]])
     )
 
 
+def sample_judges(python: str, work: Path, ops: list[str], rows: list[dict[str, Any]]) -> None:
+    """Each sample kernel as a candidate (a copy: the committed file itself is the baseline)."""
+    repo = work / "samples"
+    for op in ops:
+        copy = work / f"{op}-copy.py"
+        copy.write_text((repo / op / f"{op}.py").read_text() + "# a copy, judged as a candidate\n")
+        seconds, code, line = judge(python, repo, op, copy)
+        result = f"exit {code}: {line}"
+        rows.append(
+            {
+                "step": f"kope judge {op} (sample copy)",
+                "seconds": round(seconds, 1),
+                "result": result,
+                "passes": code == 0,
+            }
+        )
+
+
+def judge(python: str, repo: Path, op: str, file: Path) -> tuple[float, int, str]:
+    """`kope judge OP FILE --kope-toolchain triton-ascend`: seconds, exit status, its verdict line."""
+    cli = [python, "-m", "pytest_kope.cli", "judge", op, str(file), "--kope-toolchain", "triton-ascend"]
+    seconds, done = run(cli, repo)
+    said = [line for line in (done.stdout + done.stderr).splitlines() if line.startswith("kope judge:")]
+    return seconds, done.returncode, (said[-1] if said else summary(done.stdout + done.stderr))[12:]
+
+
 def held_out(python: str, work: Path, names: list[str], rows: list[dict[str, Any]]) -> None:
     for name in names:
         repo = work / f"held-{name}"
         shutil.copytree(ROOT / "sample_ops_triton", repo)
+        seconds, code, line = judge(python, repo, "gelu", HELD_OUT / f"{name}.py")
+        rejected = code == 1 and "compile_failed" in line and FAILS in line
+        rows.append(
+            {
+                "step": f"held out {name}: kope judge",
+                "seconds": round(seconds, 1),
+                "result": f"exit {code}: {_line(line) if rejected else line}",
+                "rejected": rejected,
+            }
+        )
         shutil.copy(HELD_OUT / f"{name}.py", repo / "gelu" / "gelu.py")
         seconds, out = pytest_run(python, repo, "--kope-toolchain", "triton-ascend", "gelu")
         lines = [line for line in out.splitlines() if FAILS in line]
@@ -153,15 +190,18 @@ def main() -> int:
         work = Path(tmp)
         python = args.python or install(work, rows)
         samples(python, work, args.ops.split(","), rows)
+        sample_judges(python, work, args.ops.split(","), rows)
         held_out(python, work, [n for n in args.held_out.split(",") if n], rows)
     print(tabulate([[r["step"], r["seconds"], r["result"][:160]] for r in rows], ["step", "s", "result"]))
     held = [r for r in rows if "rejected" in r]
+    judged = [r for r in rows if "passes" in r]
     print(f"held-out kernels rejected: {sum(r['rejected'] for r in held)} of {len(held)} checks")
+    print(f"sample kernels passing kope judge: {sum(r['passes'] for r in judged)} of {len(judged)}")
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(
         json.dumps({"python": python if args.python else "fresh venv", "rows": rows}, indent=1)
     )
-    return 0 if all(r["rejected"] for r in held) else 1
+    return 0 if all(r["rejected"] for r in held) and all(r["passes"] for r in judged) else 1
 
 
 if __name__ == "__main__":

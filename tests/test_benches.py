@@ -445,7 +445,8 @@ def test_ascend_install_smoke(tmp_path: Path) -> None:
         "--json",
         str(out),
     )
-    assert "held-out kernels rejected: 2 of 2 checks" in proc.stdout
+    assert "held-out kernels rejected: 3 of 3 checks" in proc.stdout
+    assert "sample kernels passing kope judge: 1 of 1" in proc.stdout
     rows = {r["step"]: r for r in json.loads(out.read_text())["rows"]}
     assert rows["pytest --kope-toolchain triton-ascend"]["result"].startswith("4 passed, 1 skipped")
     assert "1 ready to optimize" in rows["pytest --kope-check --kope-toolchain triton-ascend"]["result"]
