@@ -182,3 +182,34 @@ def test_the_sample_kernels_lower(tmp_path, op):
         "sgemm": lambda: (torch.randn(40, 30), torch.randn(30, 20), torch.empty(40, 20), 40, 20, 30),
     }[op]()
     kernel.functions[op].raw(*args)
+
+
+def test_a_failing_signature_after_a_passing_one_across_runs(pytester):
+    """Two plain runs of one repo, each a fresh process: the passing signature first, then the failing
+    one; both runs reject it, and the check leaves nothing in the repo for a later run to find."""
+    (pytester.path / "f.py").write_text(BY_PARITY)
+    pytester.makepyfile(
+        test_f="""
+        import pytest
+        import torch
+
+        pytestmark = pytest.mark.kope("f", source="f.py")
+
+        @pytest.mark.parametrize("n", [300, 301])
+        def test_doubles(kernel, n):
+            x, y = torch.randn(n), torch.empty(n)
+            kernel.f(x, y, n)
+            assert torch.equal(y, x * 2)
+        """
+    )
+    pytester.makeini("[pytest]\nkope_toolchain = triton-ascend\n")
+    for _ in range(2):
+        result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q")
+        result.assert_outcomes(passed=1, failed=1)
+        result.stdout.fnmatch_lines(
+            [
+                "E *LoweringFailed: kernel _k does not lower for Ascend*",
+                "FAILED test_f.py::test_doubles[[]301[]]*",
+            ]
+        )
+    assert not [p for p in pytester.path.rglob("*") if p.suffix in (".ttir", ".ttadapter")]

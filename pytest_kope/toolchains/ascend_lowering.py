@@ -51,6 +51,7 @@ class Lowering:
 
     def check(self, launch: Launch) -> str:
         """The stage `launch` reached ("linalg", or "npubin" where CANN is); LoweringFailed if none."""
+        __tracebackhide__ = True  # a failing test shows its own line and this one, not the check's frames
         key = launch.key()
         if key not in self.verdicts:
             self.verdicts[key] = self._lower(launch)
@@ -128,6 +129,7 @@ class Checking:
         launches.watch(module.__name__, self.observe)
 
     def observe(self, launch: Launch) -> None:
+        __tracebackhide__ = True
         if launch.file not in self.by_file:  # a kernel of another module, launched by this one's launcher
             path = Path(launch.file)
             self.by_file[launch.file] = Lowering(path.read_text(), path.name, self.target)
@@ -160,6 +162,7 @@ class Reporting:
 
 def _watched(launcher: Callable[..., Any], observe: Callable[[Launch], None]) -> Callable[..., Any]:
     def call(*args: Any, **kwargs: Any) -> Any:
+        __tracebackhide__ = True
         with launches.watching(observe):
             return launcher(*args, **kwargs)
 
@@ -173,6 +176,7 @@ class HostCheck:
     lowering: Lowering
 
     def __call__(self, reports: list[Any]) -> None:
+        __tracebackhide__ = True
         for report in reports:
             try:
                 launch = Launch.from_json(report)

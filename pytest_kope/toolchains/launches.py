@@ -144,6 +144,7 @@ def install() -> bool:
         original = executor.__call__
 
         def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+            __tracebackhide__ = True  # a test's failure shows the check's line, not these frames
             if not kwargs.get("warmup", False):
                 _observe(self, args, kwargs)
             return original(self, *args, **kwargs)
@@ -154,6 +155,7 @@ def install() -> bool:
 
 
 def _observe(executor: Any, args: Any, kwargs: Any) -> None:
+    __tracebackhide__ = True
     fn = executor.fn
     module = str(getattr(fn, "__globals__", {}).get("__name__", ""))
     observer = _BY_MODULE.get(module) or (_ACTIVE[-1] if _ACTIVE else None)
