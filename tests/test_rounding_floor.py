@@ -105,3 +105,36 @@ def test_a_kernel_whose_outputs_do_not_scale_with_its_inputs_is_measured_by_its_
 
     own = noise.own_error(softmax, {0: x}, softmax({0: x}))
     assert own is not None and own > 1e-5  # logits of 10^3 lose about 6e-5 of their exponent to rounding
+
+
+def _rmsnorm(inputs: dict[int, np.ndarray], pairwise: bool = False) -> dict[int, np.ndarray]:
+    """x / sqrt(mean(x^2) + 1e-6) * w in float32, the sum of squares sequential (the committed
+    kernel's order) or pairwise (a vectorized candidate's)."""
+    x, w = inputs[0], inputs[1]
+    sq = x * x
+    q = sq.sum(axis=1, dtype=np.float32) if pairwise else np.cumsum(sq, axis=1, dtype=np.float32)[:, -1]
+    rrms = np.float32(1) / np.sqrt(q / np.float32(x.shape[1]) + np.float32(1e-6))
+    return {2: x * rrms[:, None] * w}
+
+
+def test_a_normalization_with_an_eps_is_measured_where_the_eps_is_below_rounding():
+    """An eps keeps rmsnorm from scaling bit for bit with its inputs, so f(3x)/3^k says nothing at
+    x itself; at x * 2^12 the eps is below rounding and the sum of squares rounds as at x (the same
+    mantissas). Over rows of 4100 equal values a sequential and a pairwise sum of squares give outputs
+    2.2e-5 apart (a CI run's drawn call: 1.6e-5, the sample kernel 4e-5 from the truth): the pairwise
+    order is forgiven, a kernel that ignores the eps is not."""
+    from pytest_kope.judge.child import noise
+
+    rng = np.random.default_rng(6)
+    x = (0.006 + 0.001 * rng.standard_normal((8, 4100))).astype(np.float32)
+    x[2:6] = np.float32(0.015245614)
+    w = rng.standard_normal(4100).astype(np.float32)
+    want = _rmsnorm({0: x, 1: w})
+    own = noise.own_error(_rmsnorm, {0: x, 1: w}, want)
+    assert own is not None
+    honest = _rmsnorm({0: x, 1: w}, pairwise=True)[2]
+    assert arrays.mismatch(honest, want[2], 1e-5)  # the tests' bar alone rejects an honest order
+    assert arrays.mismatch(honest, want[2], 1e-5 + own) == ""
+    q = np.cumsum(x * x, axis=1, dtype=np.float32)[:, -1]
+    no_eps = x * (np.float32(1) / np.sqrt(q / np.float32(4100)))[:, None] * w
+    assert arrays.mismatch(no_eps, want[2], 1e-5 + own)

@@ -12,7 +12,9 @@ wrong. What they may differ by is measured on the call itself, two ways, the lar
   (up or down at random): the error the inputs' rounding alone forces on any kernel;
 - for a kernel whose outputs scale exactly with its inputs (f(2x) = 2^k f(x) bit for bit on the call,
   as a sum, a matrix product or a copy does), how far f(3x) / 3^k is from f(x): the same mathematics
-  rounded another way, which shows the error the kernel's own order of operations makes.
+  rounded another way, which shows the error the kernel's own order of operations makes. A
+  normalization with an `eps` is measured so at x * 2^m, where the eps is below rounding and every
+  mantissa is still x's.
 
 Honest kernels differ from each other by about that much (each carries an error of that size); a
 candidate is allowed `FACTOR` times it on top of the bar. A cheap approximation stays an error of its
@@ -27,6 +29,11 @@ import numpy as np
 
 FACTOR = 3.0  # the committed kernel's error and the candidate's, each about the measured one, with margin
 SEED = 0x5EED  # perturbations need not be secret: the outputs decide, the bar only widens
+SCALES = (
+    0,
+    12,
+    24,
+)  # 2^m tried in turn: 1, then large enough that an eps of 1e-6 on a mean square of 1e-6 is below rounding
 DEGREES = (0, 1, 2, 3)  # f(2x) = 2^k f(x) tried for these k (a sum 1, a product of two inputs 2)
 
 Call = Callable[[dict[int, np.ndarray]], "dict[int, np.ndarray] | None"]
@@ -51,24 +58,30 @@ def own_error(
 
 
 def _reordered(call: Call, inputs: Mapping[int, np.ndarray], outputs: Mapping[int, np.ndarray]) -> float:
-    """max|f(3x) / 3^k - f(x)| over max|f(x)| for a kernel homogeneous of degree k on the call
-    (0 when it is not, or when 2x or 3x leaves the floating range)."""
+    """max|f(3sx) / 3^k - f(sx)| over max|f(sx)| at the first scale s = 2^m of `SCALES` where the
+    kernel is homogeneous of degree k on the call, bit for bit (0 where it is at none, or where the
+    scaled inputs leave the floating range). Scaling by 2^m keeps every mantissa, so the kernel's
+    own rounding along the way is the same at s as at 1; it lets constants such as an `eps` vanish
+    below rounding, where a normalization becomes homogeneous (f(2sx) = f(sx))."""
     floating = [i for i, x in inputs.items() if x.dtype.kind == "f"]
     if not floating or not all(o.dtype.kind == "f" for o in outputs.values()):
         return 0.0
-    doubled = call(_scaled(inputs, floating, 2.0))
-    degree = _degree(doubled, outputs) if doubled is not None else None
-    if degree is None:
-        return 0.0
-    tripled = call(_scaled(inputs, floating, 3.0))
-    if tripled is None:
-        return 0.0
-    worst = 0.0
-    for i, want in outputs.items():
-        with np.errstate(over="ignore", invalid="ignore"):
-            change = _change(tripled[i].astype(np.float64) / 3.0**degree, want)
-        worst = max(worst, change or 0.0)
-    return worst
+    for m in SCALES:
+        base = outputs if m == 0 else call(_scaled(inputs, floating, 2.0**m))
+        doubled = call(_scaled(inputs, floating, 2.0 ** (m + 1))) if base is not None else None
+        degree = _degree(doubled, base) if base is not None and doubled is not None else None
+        if base is None or degree is None:
+            continue
+        tripled = call(_scaled(inputs, floating, 3.0 * 2.0**m))
+        if tripled is None:
+            return 0.0
+        worst = 0.0
+        for i, want in base.items():
+            with np.errstate(over="ignore", invalid="ignore"):
+                change = _change(tripled[i].astype(np.float64) / 3.0**degree, want)
+            worst = max(worst, change or 0.0)
+        return worst
+    return 0.0
 
 
 def _scaled(inputs: Mapping[int, np.ndarray], floating: list[int], factor: float) -> dict[int, np.ndarray]:
