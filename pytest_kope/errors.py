@@ -20,6 +20,19 @@ class BuildError(KopeError):
         super().__init__(f"build of {source} failed:\n{log.rstrip()}")
 
 
+class LoweringFailed(BuildError):
+    """A Triton kernel launch that does not compile for the Ascend target (the check every launch of a
+    `triton-ascend` kernel passes through without an NPU); the message is one line: kernel, target,
+    stage and triton-ascend's first error."""
+
+    def __init__(self, source: str, line: str):
+        self.line = line
+        super().__init__(source, line)
+
+    def __str__(self) -> str:
+        return self.line
+
+
 class BuildFailed(KopeError):
     """A test's kernel could not be built or loaded (the message names the operator, the file and why);
     every test of that candidate fails with it."""
@@ -71,10 +84,11 @@ class GuardViolation(AssertionError):
 
 class KernelError(KopeError):
     """A kernel call failed in its kernel server: the kernel's own error, or what the server found it
-    left changed (`kind` names it, e.g. GuardViolation); the text is the server's, data only."""
+    left changed (`kind` names it, e.g. GuardViolation); the text is the server's, data only.
+    `launches`: the kernel launches the call reported, checked before the error."""
 
-    def __init__(self, message: str, kind: str = ""):
-        self.kind = kind
+    def __init__(self, message: str, kind: str = "", launches: list[object] | None = None):
+        self.kind, self.launches = kind, launches or []
         super().__init__(message)
 
 

@@ -17,7 +17,7 @@ def add_options(parser: pytest.Parser) -> None:
     _judge_options(g, parser)
     _executor_options(g, parser)
     _review_options(g, parser)
-    _toolchain_options(parser)
+    _toolchain_options(g, parser)
 
 
 def _option(
@@ -297,8 +297,24 @@ def _review_options(g: Any, parser: pytest.Parser) -> None:
     )
 
 
-def _toolchain_options(parser: pytest.Parser) -> None:
-    """How the C toolchain builds: what a library may import, and for which machines it is tuned."""
+def _toolchain_options(g: Any, parser: pytest.Parser) -> None:
+    """Which toolchain builds a suffix; how the C toolchain builds: what a library may import, and for
+    which machines it is tuned."""
+    g.addoption(
+        "--kope-toolchain",
+        dest="kope_toolchain",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="build every operator whose source suffix NAME builds with the toolchain NAME, unless its "
+        "marker names one (e.g. triton-ascend for .py); repeat for more",
+    )
+    parser.addini(
+        "kope_toolchain",
+        type="args",
+        default=[],
+        help="toolchains that build the operators of their suffixes (as --kope-toolchain)",
+    )
     parser.addini(
         "kope_allow_symbols",
         type="linelist",

@@ -73,6 +73,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                 item.add_marker(pytest.mark.kope_perf)
 
 
+def pytest_report_collectionfinish(config: pytest.Config, items: list[pytest.Item]) -> str | None:
+    """One line when operators run on plain `triton` where triton-ascend is installed."""
+    from .toolchains.selection import notice
+
+    with border():
+        return notice((op.name, op.toolchain) for item in items if (op := operator_of(item)) is not None)
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
     """A failing operator test says which operator and which kernel file it judged."""

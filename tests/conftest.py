@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import jsonschema
 import pytest
 from op_repos import make_op_repo
 
@@ -36,6 +35,10 @@ def every_session_report_matches_its_schema(tmp_path_factory: pytest.TempPathFac
 
 def check_reports(root: Path) -> int:
     reports = [p for p in root.rglob("report.json") if p.parent.parent.name == "runs"]
+    if not reports:
+        return 0
+    import jsonschema  # the [test] extra's; modules that write no report (the Ascend ones) run without it
+
     validator = jsonschema.Draft202012Validator(report_schema())
     for path in reports:
         errors = sorted(validator.iter_errors(json.loads(path.read_text())), key=str)

@@ -424,3 +424,29 @@ def test_ownbuild_flags_smoke(tmp_path: Path) -> None:
     assert row["operator"] == "poly" and "main" in row["delivered"]
     if row["own"]["verified"]:  # a busy machine may leave none: then there is no branch to build
         assert row["fallback"]["dispatches"] is False and row["fallback"]["same results as main"] is True
+
+
+def test_ascend_install_smoke(tmp_path: Path) -> None:
+    from pytest_kope.toolchains import devices
+
+    if devices.triton_flavour() != "ascend":
+        pytest.skip(
+            "bench/ascend_install.py needs triton-ascend here; it makes its own venv: python bench/ascend_install.py"
+        )
+    out = tmp_path / "ascend_install.json"
+    proc = bench(
+        "bench/ascend_install.py",
+        "--python",
+        sys.executable,
+        "--ops",
+        "gelu",
+        "--held-out",
+        "where_heuristics",
+        "--json",
+        str(out),
+    )
+    assert "held-out kernels rejected: 3 of 3 checks" in proc.stdout
+    assert "sample kernels passing kope judge: 1 of 1" in proc.stdout
+    rows = {r["step"]: r for r in json.loads(out.read_text())["rows"]}
+    assert rows["pytest --kope-toolchain triton-ascend"]["result"].startswith("4 passed, 1 skipped")
+    assert "1 ready to optimize" in rows["pytest --kope-check --kope-toolchain triton-ascend"]["result"]

@@ -44,13 +44,23 @@ def test_are_toolchains(cls):
 def test_triton_ascend_detection_says_what_is_absent():
     found, missing = devices.ascend_signs()
     got = TritonAscendToolchain().availability()
-    if not devices.importable("triton") or not HAS_TORCH:
-        assert not got.ok and "pip install 'pytest-kope[ascend]'" in got.reason
+    if not HAS_TORCH:
+        assert not got.ok and "pip install torch==2.13.0" in got.reason
+        return
+    if not devices.importable("triton"):
+        assert not got.ok and got.reason.startswith(
+            "triton-ascend not installed: pip install 'pytest-kope[ascend]'"
+        )
         return
     assert got.ok
     assert got.reason.startswith(
         "interpreter + Ascend lowering check" if ASCEND_TRITON else "interpreter only"
     )
+    if not ASCEND_TRITON:  # the one command that gets the check
+        assert (
+            "python -m venv .venv-ascend && .venv-ascend/bin/pip install torch==2.13.0 'pytest-kope[ascend]'"
+            in got.reason
+        )
     assert "no Ascend NPU here: missing " + ", ".join(missing) in got.reason
     assert TritonAscendToolchain().environment() == {
         "TRITON_INTERPRET": "1",
@@ -99,8 +109,6 @@ def test_softmax_runs_and_lowers(tmp_path):
     y = torch.full_like(x, float("nan"))
     kernel.functions["softmax"].raw(x, y, 4, 300)
     assert (y.double() - torch.softmax(x.double(), 1)).abs().max().item() < 1e-6
-    if ASCEND_TRITON:  # the launch was lowered to Linalg for Ascend first
-        assert sorted(p.suffix for p in tmp_path.rglob("_softmax_kernel.*")) == [".ttadapter", ".ttir"]
 
 
 FP64_SQRT = """\
@@ -135,6 +143,7 @@ def test_gate_rejects_a_kernel_that_does_not_lower_for_ascend(tmp_path):
     with pytest.raises(BuildError, match="kernel _norm_kernel does not lower for Ascend") as info:
         kernel.functions["norm"].raw(x, y, 200)
     assert "Expected dtype" in info.value.log and "fp64" in info.value.log  # triton-ascend's own words
+    assert "\n" not in str(info.value)  # one line: kernel, target, stage, the first error
 
 
 @pytest.mark.skipif(ASCEND_TRITON or not NO_NPU, reason="community triton only")

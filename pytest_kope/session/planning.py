@@ -42,7 +42,7 @@ def plan_for(s: Run, run: OperatorRun) -> tuple[Plan, Toolchain]:
         files=files,
         correctness=correctness,
         performance=performance,
-        toolchain_env=judging_env(tc),
+        toolchain_env={**judging_env(tc), **_selection(s.config)},
         limits=sandbox.Limits(wall_s=s.settings.timeout, device=bool(tc.count_devices())),
         seeds=s.settings.seeds,
         jobs=s.settings.jobs,
@@ -58,6 +58,15 @@ def plan_for(s: Run, run: OperatorRun) -> tuple[Plan, Toolchain]:
         jail_required=s.agent.needs_jail and not s.settings.allow_unjailed,
     )
     return s.concurrency.share(plan), tc  # the executor and node; timing devices shared by operators at once
+
+
+def _selection(config: pytest.Config) -> dict[str, str]:
+    """The run's toolchain choice, for judging children (they read the ini, not the command line)."""
+    from ..toolchains import selected
+    from ..toolchains.selection import ENV
+
+    chosen = selected(config)
+    return {ENV: ",".join(chosen)} if chosen else {}
 
 
 def _nodeid(s: Run, item: pytest.Item) -> str:

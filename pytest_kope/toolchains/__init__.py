@@ -72,9 +72,36 @@ def toolchain_of(config: pytest.Config, name: str) -> Toolchain:
     return made[name]  # type: ignore[no-any-return]
 
 
+def selected(config: pytest.Config) -> list[str]:
+    """The toolchains this run chose for their suffixes (`selection.chosen`); a name no registered
+    toolchain has is a usage error."""
+    from .selection import chosen
+
+    known = names(config)
+    for name in chosen(config):
+        if name not in known:
+            raise pytest.UsageError(
+                f"--kope-toolchain {name}: no toolchain of that name (known: {', '.join(known)})"
+            )
+    return chosen(config)
+
+
+def for_suffix(config: pytest.Config, suffix: str) -> Toolchain | None:
+    """The toolchain that builds sources ending in `suffix` in this run (None: none claims it). For an
+    operator repo's conftest, before any test module imports triton::
+
+        @pytest.hookimpl(trylast=True)
+        def pytest_configure(config):
+            for_suffix(config, ".py").prepare_process()
+    """
+    name = toolchain_for(config, Path(f"kernel{suffix}"))
+    return toolchain_of(config, name) if name else None
+
+
 def toolchain_for(config: pytest.Config, source: Path) -> str | None:
-    """The name of the first registered toolchain whose `extensions` include the source's suffix."""
-    for name in names(config):
+    """The name of the first toolchain whose `extensions` include the source's suffix: those the run
+    selected (`--kope-toolchain`, ini `kope_toolchain`; `selection.py`) first, then every registered one."""
+    for name in dict.fromkeys([*selected(config), *names(config)]):
         try:
             tc = toolchain_of(config, name)
         except ToolchainMissing:  # listed, but no plugin makes it

@@ -54,8 +54,10 @@ class Served:
     """How a kernel server loads one built candidate (`judge/kernel`): the load request it is sent,
     each function's arguments (from the committed interface the host holds, never from the server),
     what its jail may read and write besides the interpreter, the modules it imports, the host-side
-    check of each function's arguments, the build's log, and, for a sanitized build, the variables
-    that load its runtime and the folder where that runtime writes what it found."""
+    check of each function's arguments, the build's log, for a sanitized build the variables that
+    load its runtime and the folder where that runtime writes what it found, and what the host does
+    with the launches a call reports (`launched`: the Ascend lowering check; it raises to fail the
+    call)."""
 
     load: dict[str, Any]
     args: Mapping[str, tuple[Arg, ...]]
@@ -68,6 +70,7 @@ class Served:
         default_factory=dict
     )  # set in the server's (a sanitizer's runtime)
     reports: Path | None = None  # a folder in `writable` where the server's runtime reports a fault
+    launched: Callable[[list[Any]], None] | None = None
 
 
 @dataclass(frozen=True)

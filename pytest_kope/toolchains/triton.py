@@ -32,7 +32,7 @@ from ..spec import KernelSpec, Scalar
 from . import devices, pylaunch
 from .base import Arg, Availability, Kernel, KernelFunction, Timer, ToolchainBase
 
-EXTRA_HINT = "pip install 'pytest-kope[triton]' (CPU-only machine: pip install torch==2.13.0 first)"
+EXTRA_HINT = "pip install torch==2.13.0 'pytest-kope[triton]' (torch's CPU wheel; on a GPU machine, no pin)"
 INTERPRETER_WHY = "Triton on CPU runs in the interpreter; its time means nothing"
 
 
@@ -42,15 +42,21 @@ class TritonToolchain(ToolchainBase):
     name = "triton"
     extensions: tuple[str, ...] = (".py",)
     extra = "triton"
-    device_env_var = "CUDA_VISIBLE_DEVICES"
-    jit_cache_env = "TRITON_CACHE_DIR"  # a candidate's kernels compile once a run, not once per child
+    device_env_var: str | None = "CUDA_VISIBLE_DEVICES"
+    jit_cache_env: str | None = (
+        "TRITON_CACHE_DIR"  # a candidate's kernels compile once a run, not once per child
+    )
     passes_env: tuple[str, ...] = ("TRITON_INTERPRET", "TORCH_DEVICE_BACKEND_AUTOLOAD")
 
     # -- where it runs ---------------------------------------------------------------------------
     def _missing(self) -> str | None:
         missing = [m for m in ("triton", "torch") if not devices.importable(m)]
+        if missing == ["torch"]:
+            return (
+                "torch not installed: pip install torch==2.13.0 (torch's CPU wheel; on a GPU machine, no pin)"
+            )
         if missing:
-            return f"{' and '.join(missing)} not installed: {EXTRA_HINT.replace('triton]', self.extra + ']')}"
+            return f"{' and '.join(missing)} not installed: {EXTRA_HINT}"
         return None
 
     def _devices(self) -> dict[str, Any]:
@@ -149,7 +155,7 @@ class TritonToolchain(ToolchainBase):
             _check_interpreter(self.name)
             os.environ["TRITON_INTERPRET"] = "1"  # read by triton.jit while the module is imported
         module = pylaunch.load_module(path, where)
-        raw = self._wrap(pylaunch.launchers(module, args, where), module, build_dir)
+        raw = pylaunch.launchers(module, args, where)
         if mode != "cuda" and devices.triton_flavour() == "ascend":
             raw = {name: _quiet(fn) for name, fn in raw.items()}
         # Not reentrant: Triton's interpreter is not thread-safe (measured: a concurrent replay that
@@ -164,10 +170,6 @@ class TritonToolchain(ToolchainBase):
             build_log=log,
             extra={"device": self.device(), "mode": mode, "params": params, "module": module},
         )
-
-    def _wrap(self, fns: dict[str, Any], module: Any, build_dir: Path) -> dict[str, Any]:
-        """Hook for subclasses that check launches (the Ascend build gate); identity here."""
-        return fns
 
     def timer(self) -> Timer:
         if self.mode() != "cuda":

@@ -6,7 +6,7 @@ torch = pytest.importorskip("torch")
 
 from pytest_kope import assert_close  # noqa: E402
 
-pytestmark = pytest.mark.kope("gelu", source="gelu.py", family="elementwise", toolchain="triton")
+pytestmark = pytest.mark.kope("gelu", source="gelu.py", family="elementwise")
 
 
 @pytest.mark.parametrize("n", [1, 1000, 5000, 40_000])

@@ -6,7 +6,7 @@ torch = pytest.importorskip("torch")
 
 from pytest_kope import assert_close  # noqa: E402
 
-pytestmark = pytest.mark.kope("layernorm", source="layernorm.py", family="rowwise", toolchain="triton")
+pytestmark = pytest.mark.kope("layernorm", source="layernorm.py", family="rowwise")
 EPS = 1e-5
 
 

@@ -6,7 +6,7 @@ torch = pytest.importorskip("torch")
 
 from pytest_kope import assert_close  # noqa: E402
 
-pytestmark = pytest.mark.kope("sgemm", source="sgemm.py", family="gemm", toolchain="triton")
+pytestmark = pytest.mark.kope("sgemm", source="sgemm.py", family="gemm")
 
 
 @pytest.mark.parametrize("m, n, k", [(1, 1, 1), (64, 48, 40), (100, 70, 130)])

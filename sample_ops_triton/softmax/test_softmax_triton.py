@@ -6,7 +6,7 @@ torch = pytest.importorskip("torch")
 
 from pytest_kope import assert_close  # noqa: E402
 
-pytestmark = pytest.mark.kope("softmax", source="softmax.py", family="rowwise", toolchain="triton")
+pytestmark = pytest.mark.kope("softmax", source="softmax.py", family="rowwise")
 
 
 @pytest.mark.parametrize("rows, cols", [(1, 1), (3, 100), (4, 1000), (2, 3000)])

@@ -138,6 +138,7 @@ _FAILURE_KINDS = {
     "MemoryError": Outcome.CRASHED,
     "KernelDied": Outcome.CRASHED,  # its kernel server died in a call: a crash, a forbidden system call
     "KernelTimeout": Outcome.TIMEOUT,
+    "LoweringFailed": Outcome.COMPILE_FAILED,  # the test host's Ascend lowering check of a launch
 }
 
 

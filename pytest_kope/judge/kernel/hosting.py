@@ -83,7 +83,7 @@ def serve(
     functions = {
         name: KernelFunction(
             name,
-            Forwarded(server, name, args, served.checks.get(name, _no_check)),
+            Forwarded(server, name, args, served.checks.get(name, _no_check), launched=served.launched),
             args,
             reentrant=bool(answer.get("reentrant", False)),
         )

@@ -201,8 +201,11 @@ class KernelProcess:
                 answer = channel.ask(message, fds)
         return self._checked(answer)
 
-    def timed(self, message: dict[str, Any], on: int, clock: Callable[[], float]) -> float:
-        """Seconds from before `message` is sent until the stop signal is sent after its answer: the
+    def timed(
+        self, message: dict[str, Any], on: int, clock: Callable[[], float]
+    ) -> tuple[float, dict[str, Any]]:
+        """Seconds from before `message` is sent until the stop signal is sent after its answer (and the
+        answer): the
         request is queued while the server is stopped and it is continued after (one wake-up, not
         two), so every moment the server runs is inside the reading. Only when nothing else runs it."""
         channel, ended = self.channels[on], [0.0]
@@ -215,7 +218,7 @@ class KernelProcess:
             finally:
                 self._stop(lambda: ended.append(clock()))
         self._checked(answer)
-        return ended[-1] - began
+        return ended[-1] - began, answer
 
     @contextmanager
     def _answer(self) -> Iterator[None]:
@@ -234,7 +237,12 @@ class KernelProcess:
     @staticmethod
     def _checked(answer: dict[str, Any]) -> dict[str, Any]:
         if "error" in answer:
-            raise KernelError(str(answer["error"])[:2000], str(answer.get("kind", ""))[:100])
+            launches = answer.get("launches")
+            raise KernelError(
+                str(answer["error"])[:2000],
+                str(answer.get("kind", ""))[:100],
+                launches if isinstance(launches, list) else None,
+            )
         return answer
 
     def _announce(self, segment: Segment, channel: int | None) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import GuardViolation
+from ...errors import GuardViolation, KernelError
 from ...toolchains.base import Arg
 from . import callmodes
 from .process import KernelProcess
@@ -36,6 +36,7 @@ class Forwarded:
     args: tuple[Arg, ...]
     check: Callable[[tuple[Any, ...]], None] = lambda values: None
     fp_check: bool = True  # the server reports a changed floating-point control state after each call
+    launched: Callable[[list[Any]], None] | None = None  # the toolchain's check of a call's launches
     __name__: str = field(init=False, default="")
 
     def __post_init__(self) -> None:
@@ -51,9 +52,13 @@ class Forwarded:
                 request = {"op": "call", "fn": self.name, "args": described, "check": self.fp_check}
                 modes = callmodes.current()  # the caller's torch modes, made the call's in the server
                 answer = self.server.ask({**request, "modes": modes} if modes else request, on=channel)
+            except KernelError as e:  # a launch that does not lower says so before the kernel's error
+                self.reported({"launches": e.launches})
+                raise
             finally:
                 for view, value in staged:  # even after a failure: what the call left is what it left
                     _copy(value, view)
+        self.reported(answer)
         changed = answer.get("changed") or []
         if changed:
             raise GuardViolation(f"kernel {self.name}() " + "; ".join(str(c)[:300] for c in changed[:4]))
@@ -84,6 +89,11 @@ class Forwarded:
                 described[i] = _array(value, segment.id, offset)
                 staged.append((view, value))
         return described, staged
+
+    def reported(self, answer: dict[str, Any]) -> None:
+        """Hand the launches the server reported with `answer` to the toolchain's check (it may raise)."""
+        if self.launched is not None and answer.get("launches"):
+            self.launched(list(answer["launches"]))
 
     # -- timing ----------------------------------------------------------------------------------------
     def allocate(self, template: Any) -> Any:
@@ -128,7 +138,10 @@ class Blocks:
         calls from call number `start` (cycling the sets)."""
         server = self.fn.server
         with server.channel() as channel:
-            return server.timed({"op": "block", "sets": self.id, "start": start, "n": n}, channel, clock)
+            message = {"op": "block", "sets": self.id, "start": start, "n": n}
+            seconds, answer = server.timed(message, channel, clock)
+        self.fn.reported(answer)
+        return seconds
 
 
 def _is_array(value: Any) -> bool:

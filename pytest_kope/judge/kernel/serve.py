@@ -41,6 +41,7 @@ class Server:
         self.sets: dict[int, tuple[Callable[..., Any], list[tuple[Any, ...]]]] = {}
         self.convert: Callable[[dict[str, Any]], Any] = self._pointer
         self.snapshot: Any = None  # procstate.Snapshot after loading: what calls must leave as it was
+        self.launches: Callable[[], list[Any]] | None = None  # the launches a call made, for the host
         self.fp_checked = False
         self.sanitized = False  # every array copied into memory the sanitizer watches (`redzones`)
 
@@ -126,6 +127,7 @@ class Server:
         interface = replace(own, kernels=tuple(spec["kernels"]), inplace=frozenset(spec["inplace"]))
         kernel = self.toolchain.build(candidate, interface, spec["build_dir"])
         self.functions = {name: f.raw for name, f in kernel.functions.items()}
+        self.launches = kernel.extra.get("launches")  # what the host's Ascend lowering check takes
         self.convert = self._array
         return all(f.reentrant for f in kernel.functions.values())
 
@@ -183,7 +185,7 @@ class Server:
             fn = self.functions[message["fn"]]
             with callmodes.entered(message.get("modes")), self.arguments(message["args"]) as values:
                 fn(*values)
-            return self._state("fp") if message.get("check") else {"ok": True}
+            return self._reported(self._state("fp") if message.get("check") else {"ok": True})
         if op == "sets":  # each argument once, its copies' places in lists
             fn, columns = self.functions[message["fn"]], message["columns"]
             count = max((len(c["segs"]) for c in columns if "segs" in c), default=1)
@@ -201,10 +203,15 @@ class Server:
             k, start = len(sets), message["start"]
             for i in range(message["n"]):
                 fn(*sets[(start + i) % k])
-            return {"ok": True}
+            return self._reported({"ok": True})
         if op == "state":
             return self._state("all")
         raise ValueError(f"unknown request {op!r}")
+
+    def _reported(self, answer: dict[str, Any]) -> dict[str, Any]:
+        """`answer` with the launches the kernel made since the last answer (the host checks them)."""
+        launches = self.launches() if self.launches is not None else []
+        return {**answer, "launches": launches} if launches else answer
 
     def _state(self, what: str) -> dict[str, Any]:
         """What the calls since the last look left changed ("fp": the FP control state only)."""
@@ -222,7 +229,7 @@ class Server:
             try:
                 answer = self.handle(message, fds)
             except Exception as e:  # noqa: BLE001 - the kernel's own error, reported as data
-                answer = {"error": _text(e), "kind": type(e).__name__}
+                answer = self._reported({"error": _text(e), "kind": type(e).__name__})
             channel.send(answer)
 
 
