@@ -38,7 +38,7 @@ def wanted() -> bool:
 
 
 def serve(
-    tc: Toolchain, candidate: Candidate, interface: KernelSpec, build_dir: Path, operator: Operator
+    tc: Toolchain, candidate: Candidate, interface: KernelSpec, build_dir: Path, operator: Operator | None
 ) -> Kernel:
     """Start a server for `candidate` (built by `tc` into `build_dir`) and return its forwarding kernel;
     BuildError when the server cannot load it (a missing symbol, FP state changed at load)."""
