@@ -7,6 +7,8 @@ from typing import Any
 
 import pytest
 
+from .settings import DEFAULTS
+
 
 def add_options(parser: pytest.Parser) -> None:
     """The --kope-* options and kope_* ini values."""
@@ -23,10 +25,13 @@ def add_options(parser: pytest.Parser) -> None:
 def _option(
     group: Any, parser: pytest.Parser, name: str, help: str, ini_type: Any = "string", **kwargs: Any
 ) -> None:
-    """A `--kope-x` option that, where `ini_type` is given, is also the ini option `kope_x`."""
-    group.addoption(f"--{name}", dest=name.replace("-", "_"), help=help, **kwargs)
+    """A `--kope-x` option that, where `ini_type` is given, is also the ini option `kope_x`; `{default}`
+    in its help is its default (`settings.DEFAULTS`)."""
+    dest = name.replace("-", "_")
+    help = help.format(default=DEFAULTS[dest]) if dest in DEFAULTS else help
+    group.addoption(f"--{name}", dest=dest, help=help, **kwargs)
     if ini_type:
-        parser.addini(name.replace("-", "_"), help=help.split(";")[0], type=ini_type, default=None)
+        parser.addini(dest, help=help.split(";")[0], type=ini_type, default=None)
 
 
 def _search_options(g: Any, parser: pytest.Parser) -> None:
@@ -44,7 +49,13 @@ def _search_options(g: Any, parser: pytest.Parser) -> None:
         help="check the repo's kope operators without optimizing: toolchains, tests, fresh inputs, "
         "whether each committed kernel passes in a judging child, the isolation available",
     )
-    _option(g, parser, "kope-budget", "most evaluations per operator (default 24)", type=int)
+    _option(
+        g,
+        parser,
+        "kope-budget",
+        "most evaluations per operator (default {default})",
+        type=int,
+    )
     g.addoption(
         "--kope-operator",
         dest="kope_operator",
@@ -57,7 +68,7 @@ def _search_options(g: Any, parser: pytest.Parser) -> None:
         g,
         parser,
         "kope-patience",
-        "stop an operator after N successive evaluations without a gain (default 8; 0: never)",
+        "stop an operator after N successive evaluations without a gain (default {default}; 0: never)",
         type=int,
     )
     _option(
@@ -169,17 +180,12 @@ def _judge_options(g: Any, parser: pytest.Parser) -> None:
         ini_type=None,
         type=int,
     )
-    _option(
-        g, parser, "kope-seeds", "seeds each candidate's correctness tests run with (default 2)", type=int
-    )
-    _option(
-        g,
-        parser,
-        "kope-min-gain",
-        "smallest speedup counted as a gain beyond noise (default 0.05, i.e. 5 percent)",
-        type=float,
-    )
-    _option(g, parser, "kope-timeout", "seconds a candidate's test process may run (default 120)", type=float)
+    for name, help, kind in (
+        ("kope-seeds", "seeds each candidate's correctness tests run with (default {default})", int),
+        ("kope-min-gain", "smallest speedup counted as a gain beyond noise (default {default})", float),
+        ("kope-timeout", "seconds a candidate's test process may run (default {default:g})", float),
+    ):
+        _option(g, parser, name, help, type=kind)
     _option(
         g,
         parser,
@@ -233,7 +239,7 @@ def _executor_options(g: Any, parser: pytest.Parser) -> None:
         g,
         parser,
         "kope-concurrency",
-        "operators optimized at once, each with its own budget (default 1)",
+        "operators optimized at once, each with its own budget (default {default})",
         type=int,
     )
     _option(

@@ -32,15 +32,32 @@ def bench_session(config: pytest.Config) -> BenchSession:
     return config.stash[BENCH]
 
 
-def setting(config: pytest.Config, name: str, default: Any) -> Any:
-    """The option `--kope-x`, else the ini value `kope_x`, else `default` (empty counts as unset)."""
+EXECUTORS = ("local", "ray")  # where judging children may run (judge/controller/executors.py)
+
+# Each setting's default, the one place it is written: the reader below, the options' help texts
+# (`options.py`) and the judge's Plan take it from here.
+DEFAULTS: dict[str, Any] = {
+    "kope_budget": 24,
+    "kope_patience": 8,
+    "kope_min_gain": 0.05,
+    "kope_seeds": 2,
+    "kope_timeout": 120.0,
+    "kope_concurrency": 1,
+}
+
+
+def setting(config: pytest.Config, name: str, default: Any = None) -> Any:
+    """The option `--kope-x`, else the ini value `kope_x`, else `default`, else `DEFAULTS`' (an
+    empty value counts as unset)."""
     value = config.getoption(name, None)
     if value is None:
         try:
             value = config.getini(name)
         except ValueError:  # not an ini option
             value = None
-    return default if value in (None, "") else value
+    if value in (None, "", []):
+        return DEFAULTS.get(name) if default is None else default
+    return value
 
 
 @dataclass(frozen=True)
@@ -75,25 +92,25 @@ class Settings:
     def from_config(cls, config: pytest.Config) -> Settings:
         minutes = setting(config, "kope_time_budget", None)
         s = cls(
-            budget=int(setting(config, "kope_budget", 24)),
+            budget=int(setting(config, "kope_budget")),
             agent=str(setting(config, "kope_agent", "auto")),
-            min_gain=float(setting(config, "kope_min_gain", 0.05)),
+            min_gain=float(setting(config, "kope_min_gain")),
             fork_server=setting(config, "kope_fork_server", True) not in (False, "false", "0", "no"),
-            seeds=int(setting(config, "kope_seeds", 2)),
-            timeout=float(setting(config, "kope_timeout", 120.0)),
+            seeds=int(setting(config, "kope_seeds")),
+            timeout=float(setting(config, "kope_timeout")),
             jobs=int(setting(config, "kope_jobs", len(os.sched_getaffinity(0)))),
             prefix=str(setting(config, "kope_branch_prefix", "kope/")),
             no_commit=bool(config.getoption("kope_no_commit")),
             check_only=bool(config.getoption("kope_check")),
             since=setting(config, "kope_since", None),
-            patience=int(setting(config, "kope_patience", 8)),
+            patience=int(setting(config, "kope_patience")),
             minutes=float(minutes) if minutes is not None else None,
             allow_unjailed=bool(setting(config, "kope_allow_unjailed", False)),
             db=setting(config, "kope_db", None),
             devices=str(setting(config, "kope_devices", "")).strip(),
             report=config.getoption("kope_report", None),
             executor=str(setting(config, "kope_executor", "local")),
-            concurrency=int(setting(config, "kope_concurrency", 1)),
+            concurrency=int(setting(config, "kope_concurrency")),
             ray_repo=str(setting(config, "kope_ray_repo", "ship")),
             jobs_given=setting(config, "kope_jobs", None) is not None,
             operators=tuple(config.getoption("kope_operator", None) or ()),
@@ -111,8 +128,6 @@ class Settings:
 
     def check_executor(self) -> None:
         """--kope-executor, --kope-concurrency and --kope-ray-repo name something that can work."""
-        from .judge.controller.executors import EXECUTORS
-
         if self.executor not in EXECUTORS:
             raise ConfigError(
                 f"--kope-executor {self.executor}: no such executor; choose one of {', '.join(EXECUTORS)}"

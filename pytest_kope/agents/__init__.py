@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from ..errors import ConfigError
+from ..settings import setting
 
 if TYPE_CHECKING:
     from .base import Agent
@@ -70,14 +71,12 @@ def _llm(config: pytest.Config) -> dict[str, Any]:
 
 
 def _model(config: pytest.Config) -> str:
-    return str(
-        config.getoption("kope_model") or config.getini("kope_model") or os.environ.get("KOPE_MODEL") or ""
-    )
+    return str(setting(config, "kope_model") or os.environ.get("KOPE_MODEL") or "")
 
 
 def _max_tokens(config: pytest.Config) -> Any:
     """--kope-max-tokens: the LLM tokens each operator may use."""
-    return config.getoption("kope_max_tokens") or config.getini("kope_max_tokens") or None
+    return setting(config, "kope_max_tokens") or None
 
 
 _BUILTIN: dict[str, Callable[[str, pytest.Config], Agent]] = {
@@ -107,9 +106,7 @@ def explore_rate(config: pytest.Config) -> float:
     """--kope-explore (or ini kope_explore): the least share of tuner proposals that explore."""
     from .tuner import EXPLORE_RATE
 
-    value = config.getoption("kope_explore")
-    if value is None:
-        value = config.getini("kope_explore") or None
+    value = setting(config, "kope_explore")
     try:
         rate = EXPLORE_RATE if value is None else float(value)
     except ValueError:

@@ -23,6 +23,7 @@ from ..candidate import Candidate
 from ..judge.outcome import Judged, Outcome, Timing
 from ..memory import distill, recall_from
 from ..memory.recall import RecallQuery
+from ..settings import DEFAULTS
 from ..spec import Point, Scalar, as_point, parse_spec
 from ..stopping import StopRule
 from .base import Agent, Context, OperatorInfo
@@ -31,7 +32,7 @@ from .exploration import point_key
 if TYPE_CHECKING:
     from ..memory.graph import Graph
 
-MIN_GAIN = 0.05
+MIN_GAIN: float = DEFAULTS["kope_min_gain"]
 
 
 class Evaluator(Protocol):

@@ -33,7 +33,6 @@ from .sandbox import HOST_ENV, KEEP, Finished
 if TYPE_CHECKING:
     from .plan import Plan
 
-EXECUTORS = ("local", "ray")
 
 # What a worker's own environment says about its node: its paths, locale, installed toolkits and the
 # devices Ray assigned it. Every other variable a judging child keeps decides how a judgement is done,

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ...operator import Operator
+from ...settings import DEFAULTS
 from . import sandbox
 
 
@@ -33,7 +34,7 @@ class Plan:
     plugins: tuple[str, ...] = ()  # extra pytest plugins the operator's tests need (ini `kope_plugins`)
     ceilings: dict[str, Any] | None = None  # measured bandwidth/FMA ceilings, for host-timed kernels
     fork_server: bool = True  # judge in children forked from warm servers, built once (launch.py)
-    min_gain: float = 0.05  # the gain a paired timing must decide (`--kope-min-gain`)
+    min_gain: float = DEFAULTS["kope_min_gain"]  # the gain a paired timing must decide (`--kope-min-gain`)
     sequential: bool = True  # paired rounds stop once the 95% bound decides (else they run to the cap)
     record_inputs: bool = True  # fork servers run a perf test's body once and children reuse its inputs
     device_env_var: str | None = None  # the toolchain's variable that pins a child to one device

@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...errors import ConfigError, InfrastructureFault
-from .executors import EXECUTORS, Executor, Job, Ran, for_worker, judge_on_this_node, node_env, shipped_env
+from ...settings import EXECUTORS
+from .executors import Executor, Job, Ran, for_worker, judge_on_this_node, node_env, shipped_env
 
 if TYPE_CHECKING:
     from ..request import JudgeRequest
