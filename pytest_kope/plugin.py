@@ -137,25 +137,27 @@ def kernel(
     request: pytest.FixtureRequest, kope_operator: Operator, kope_candidate: Candidate
 ) -> GuardedKernel:
     """The operator's kernel, built by its toolchain; calls are checked by the oracle guards."""
-    from .judge.child import perfinputs
+    from .judge.child import perfinputs, state
     from .judge.child.building import build_cached
     from .judge.child.guards import GuardedKernel
 
-    if perfinputs.ACTIVE is not None:  # a fork server recording a perf test's inputs: no code
+    run = state.of(request.config)
+    if run.recording is not None:  # a fork server recording a perf test's inputs: no code
         return perfinputs.StandInKernel()  # type: ignore[return-value]
     with failing():
-        return GuardedKernel(build_cached(request.config, kope_operator, kope_candidate))
+        return GuardedKernel(build_cached(request.config, kope_operator, kope_candidate), run=run)
 
 
 @pytest.fixture
 def kope_bench(request: pytest.FixtureRequest, kernel: GuardedKernel) -> Bench:
     """Time a kernel call: `kope_bench(kernel.softmax, x, y, rows, cols)`; marks the test as a performance test."""
-    from .judge.child import perfinputs
+    from .judge.child import perfinputs, state
     from .judge.child.bench import Bench
     from .toolchains import toolchain_of
 
-    if perfinputs.ACTIVE is not None:  # a fork server recording a perf test's inputs
-        return perfinputs.RecordingBench(perfinputs.ACTIVE)  # type: ignore[return-value]
+    recording = state.of(request.config).recording
+    if recording is not None:  # a fork server recording a perf test's inputs
+        return perfinputs.RecordingBench(recording)  # type: ignore[return-value]
     timer = toolchain_of(request.config, kernel.kernel.candidate.toolchain).timer()
     return Bench(request.node.nodeid, timer, bench_session(request.config), pytest.skip)
 

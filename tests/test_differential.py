@@ -342,17 +342,17 @@ def test_the_replay_checks_settling_once_for_all_its_calls(tmp_path):
     after the call returned is named, and an honest candidate's outputs are all written."""
     import numpy as np
 
-    from pytest_kope.judge.child import differential, guards, refill
+    from pytest_kope.judge.child import differential, refill
 
     threads: list[threading.Thread] = []
     honest, honest_replay = _scale_functions(False, threads)
     _, late_replay = _scale_functions(True, threads)
-    recorder = guards.SWITCHES.recorder = differential.Recorder()
+    recorder = honest.run.switches.recorder = differential.Recorder()
     try:
         for n in (7, 1000):
             honest(np.arange(n, dtype=np.float32), np.empty(n, dtype=np.float32), n)
     finally:
-        guards.SWITCHES.recorder = None
+        honest.run.switches.recorder = None
     # each call as tested, transformed, and as a loop on refilled buffers (`refill.py`)
     per_call = len(differential.TRANSFORMS) + refill.STEPS
     assert recorder.write(tmp_path / "recorded") == 2 * per_call
@@ -410,16 +410,16 @@ def test_calls_released_together_expose_state_shared_between_calls(tmp_path):
     a few replays: a pair that overlaps at all shows the race (ten rows of 4000 take ~0.1 ms a call)."""
     import numpy as np
 
-    from pytest_kope.judge.child import differential, guards
+    from pytest_kope.judge.child import differential
 
     honest, honest_replay = _softmax_functions(tmp_path, C_KERNEL)
     _, racy_replay = _softmax_functions(tmp_path, RACY)
-    recorder = guards.SWITCHES.recorder = differential.Recorder()
+    recorder = honest.run.switches.recorder = differential.Recorder()
     try:
         x = np.random.default_rng(0).standard_normal((10, 4000)).astype(np.float32)
         honest(x, np.empty_like(x), 10, 4000)
     finally:
-        guards.SWITCHES.recorder = None
+        honest.run.switches.recorder = None
     recorder.write(tmp_path / "recorded")
     for k in range(3):
         assert differential.replay(tmp_path / "recorded", honest_replay, tmp_path / f"honest{k}") == []
@@ -452,16 +452,16 @@ def test_a_loop_on_refilled_buffers_names_a_cache_kept_by_address(tmp_path):
     other calls happen to get."""
     import numpy as np
 
-    from pytest_kope.judge.child import differential, guards, refill
+    from pytest_kope.judge.child import differential, refill
 
     honest, _ = _softmax_functions(tmp_path, C_KERNEL)
     _, cached_replay = _softmax_functions(tmp_path, ADDRESS_CACHE)
-    recorder = guards.SWITCHES.recorder = differential.Recorder()
+    recorder = honest.run.switches.recorder = differential.Recorder()
     try:
         x = np.random.default_rng(0).standard_normal((8, 300)).astype(np.float32)
         honest(x, np.empty_like(x), 8, 300)
     finally:
-        guards.SWITCHES.recorder = None
+        honest.run.switches.recorder = None
     recorder.write(tmp_path / "recorded")
     manifest = json.loads((tmp_path / "recorded" / "manifest.json").read_text())
     loop = [e for e in manifest if "refill" in e]

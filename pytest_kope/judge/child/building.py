@@ -18,10 +18,7 @@ from ...spec import KernelSpec, parse_spec
 from ...toolchains import toolchain_of
 from ...toolchains.base import Kernel, Toolchain
 from ..kernel import hosting
-
-# candidate hash -> (outcome kind, message) of a failed build, for the judging child's typed events
-FAILED_BUILDS: dict[str, tuple[str, str]] = {}
-BUILD_SECONDS: list[float] = []  # wall time of each build (or cache load) in this process, for the bench
+from . import state
 
 
 def interface_of(op: Operator, candidate: Candidate) -> KernelSpec:
@@ -65,7 +62,7 @@ def build_cached(config: pytest.Config, op: Operator, candidate: Candidate) -> K
     `kernel` fixture's border makes it the test's failure)."""
     from ...settings import BUILT
 
-    built = config.stash[BUILT]
+    built, run = config.stash[BUILT], state.of(config)
     if candidate.hash in built:
         kernel = built[candidate.hash]
         if isinstance(kernel, Exception):
@@ -85,10 +82,10 @@ def build_cached(config: pytest.Config, op: Operator, candidate: Candidate) -> K
             kernel = tc.build(candidate, interface, build_dir)
     except KopeError as e:  # a build error or a bad header: remembered, so every test of it fails alike
         kind, message = build_failure(op, candidate, e)
-        FAILED_BUILDS[candidate.hash] = (kind, message)
+        run.failed_builds[candidate.hash] = (kind, message)  # for the judging child's typed events
         built[candidate.hash] = KopeError(message)
         raise BuildFailed(message) from None
     finally:
-        BUILD_SECONDS.append(time.monotonic() - started)
+        run.build_seconds.append(time.monotonic() - started)
     built[candidate.hash] = kernel
     return kernel

@@ -28,7 +28,7 @@ import signal
 import subprocess
 import tempfile
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +39,6 @@ FIRST_WAIT_S = 0.05  # then threads that have not answered are looked at (signal
 ANSWER_S = 10.0  # a live thread that answers no signal in this long is reported unchecked (a loaded
 # 2-core machine left a worker unscheduled past 2 s)
 _ONE_AT_A_TIME = threading.Lock()  # the helper holds one sweep (kernels are called from many threads at once)
-_BLOCKING: set[int] = set()  # threads that blocked the signal when last asked (ended ones drop out)
 _CSR_BITS = {0x8000: "flush-to-zero", 0x0040: "denormals-are-zero"}
 _CDEF = """
 unsigned kope_getcsr(void); void kope_setcsr(unsigned v);
@@ -84,15 +83,16 @@ class _Helper:
     ffi: Any
     lib: Any
     signal: int
+    blocking: set[int] = field(default_factory=set)  # threads that blocked the signal when last asked
 
 
-_GIVEN: list[str] = []  # a helper library compiled by another process (a kernel server's host)
+HELPER_ENV = "KOPE_FP_HELPER"  # a helper library compiled by another process (a kernel server's host)
 
 
 def use_helper(path: str) -> None:
     """Load the helper from `path` (compiled by `helper_library` elsewhere) instead of compiling one:
     a kernel server has no compiler in its jail."""
-    _GIVEN[:] = [path]
+    os.environ[HELPER_ENV] = path
     _helper.cache_clear()
 
 
@@ -128,7 +128,7 @@ def _helper() -> _Helper | None:
     """The compiled helper, with the signal it uses."""
     import cffi
 
-    lib_path = _GIVEN[0] if _GIVEN else helper_library()
+    lib_path = os.environ.get(HELPER_ENV) or helper_library()
     if lib_path is None:
         return None
     try:
@@ -194,8 +194,8 @@ def _other_threads(h: _Helper, want: State) -> list[str]:
     me = threading.get_native_id()
     with _ONE_AT_A_TIME:
         # a thread seen blocking the signal is not asked while it still does (each ask would wait)
-        _BLOCKING.intersection_update([t for t in _BLOCKING if t in tids and _cannot_answer(t, h.signal)])
-        tids = [t for t in tids if t != me and t not in _BLOCKING]
+        h.blocking.intersection_update([t for t in h.blocking if t in tids and _cannot_answer(t, h.signal)])
+        tids = [t for t in tids if t != me and t not in h.blocking]
         if not tids:
             return []
         n, ffi = len(tids), h.ffi
@@ -207,7 +207,7 @@ def _other_threads(h: _Helper, want: State) -> list[str]:
                 for i in range(n):
                     if not (gone[i] or state[i]) and _cannot_answer(tids[i], h.signal):
                         gone[i] = -1
-                        _BLOCKING.add(tids[i])
+                        h.blocking.add(tids[i])
                 h.lib.kope_fp_wait(gone, ANSWER_S, state, csr, cw)
         finally:
             h.lib.kope_fp_done()

@@ -8,19 +8,19 @@ returns what it found wrong. Adding a guard is one class and one line in the lis
 - the floating-point control state (x86 MXCSR: rounding, FTZ/DAZ; x87 control word) must be left as
   it was, in the caller's thread and in every other thread (an OpenMP pool);
 - outputs must not change after the call returned (a thread still writing);
-- in a judging child (`SWITCHES.probe`), a result must follow the data, not the buffer's address: a call with
+- in a judging child (`Switches.probe`), a result must follow the data, not the buffer's address: a call with
   the same shapes as an earlier one is repeated with the earlier inputs copied into this call's
   buffers, and must give the earlier outputs (a cache keyed by pointer returns this call's instead).
 
-A judging child may also set `SWITCHES.recorder`, which sees each call's inputs and outputs (the
-differential check records the committed kernel's calls this way). The switches are set once, by the
-child, from its request (`JudgeRequest.guard_switches`); plain runs leave them off.
+A judging child may also set `Switches.recorder`, which sees each call's inputs and outputs (the
+differential check records the committed kernel's calls this way). The switches are the run's
+(`state.ChildState`), set once by the child from its request (`JudgeRequest.guard_switches`); plain
+runs leave them off.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -30,28 +30,10 @@ from ...errors import GuardViolation
 from ...toolchains.base import IN, INOUT, OUT, SCALAR, Kernel, KernelFunction
 from .. import arrays
 from . import fpstate
+from .state import ChildState
 
 SETTLE_S = 0.002
 PROBE_MAX_BYTES = 64 << 20  # remember calls up to this size for the address probe
-
-
-@dataclass
-class Switches:
-    """How the guards run in this process: all off in a plain run, which pays nothing for them."""
-
-    probe: bool = False  # a judging child: results must follow the data, not the buffers' addresses
-    # In a correctness child whose differential replay follows, the tests' calls are not waited on one
-    # by one (2 ms each, a sixth of a small operator's correctness run): the replay makes the same calls
-    # and checks that every output settled, with one wait (`SettleLater`).
-    settled_in_replay: bool = False
-    recorder: Callable[[KernelFunction, tuple[Any, ...], dict[int, Any]], None] | None = None
-
-
-SWITCHES = Switches()
-# Wall time inside guarded calls (guards and kernel): what a test body spent beyond it is the test's own
-# code (inputs, references, asserts), which a judging child reports apart from the judge's checks.
-CALLED_S = 0.0
-_LAST: dict[tuple[Any, ...], tuple[dict[int, np.ndarray], dict[int, np.ndarray]]] = {}
 
 
 @dataclass
@@ -60,7 +42,8 @@ class Call:
 
     function: KernelFunction
     values: tuple[Any, ...]
-    state: dict[str, Any] = field(default_factory=dict)
+    run: ChildState = field(default_factory=ChildState)  # the process's switches and remembered calls
+    state: dict[str, Any] = field(default_factory=dict)  # what the guards' `before` noted
 
     @property
     def arrays(self) -> list[tuple[int, Any, Any]]:
@@ -128,7 +111,7 @@ class OutputsSettled:
         pass
 
     def after(self, call: Call) -> list[str]:
-        if SWITCHES.settled_in_replay:
+        if call.run.switches.settled_in_replay:
             return []
         later = SettleLater()
         later.add(call)
@@ -173,7 +156,7 @@ class AddressProbe:
         pass
 
     def after(self, call: Call) -> list[str]:
-        if not SWITCHES.probe:
+        if not call.run.switches.probe:
             return []
         fn, values = call.function, call.values
         found = call.arrays
@@ -184,8 +167,8 @@ class AddressProbe:
         key = (fn.name, *((v.shape, v.dtype.str) if isinstance(v, np.ndarray) else repr(v) for v in values))
         now_in = {i: v.copy() for i, a, v in found if a.role == IN}
         now_out = {i: v.copy() for i, a, v in found if a.role == OUT}
-        before = _LAST.get(key)
-        _LAST[key] = (now_in, now_out)
+        before = call.run.last_calls.get(key)
+        call.run.last_calls[key] = (now_in, now_out)
         if before is None or not now_out:
             return []
         old_in, old_out = before
@@ -240,11 +223,14 @@ def replay_guards() -> list[Guard]:
 class GuardedFunction:
     """Callable like the kernel function, checking the oracle's rules (`guards`) on every call."""
 
-    def __init__(self, function: KernelFunction, guards: list[Guard] | None = None):
+    def __init__(
+        self, function: KernelFunction, guards: list[Guard] | None = None, run: ChildState | None = None
+    ):
         self.function = function
         self.name = function.name
         self.__name__ = function.name
         self.guards = guards  # None: whatever `GUARDS` holds at each call
+        self.run = run if run is not None else ChildState()  # a plain state: every switch off
 
     @property
     def active_guards(self) -> list[Guard]:
@@ -252,16 +238,15 @@ class GuardedFunction:
         return GUARDS if self.guards is None else self.guards
 
     def __call__(self, *values: Any) -> Any:
-        global CALLED_S
         began = time.perf_counter()
         try:
             return self._checked(values)
         finally:
-            CALLED_S += time.perf_counter() - began
+            self.run.called_s += time.perf_counter() - began
 
     def _checked(self, values: tuple[Any, ...]) -> Any:
-        call = Call(self.function, values)
-        recorder = SWITCHES.recorder
+        call = Call(self.function, values, self.run)
+        recorder = self.run.switches.recorder
         inputs = {i: arrays.host_copy(v) for i, a, v in call.arrays if a.role != OUT} if recorder else {}
         active = self.active_guards
         for guard in active:
@@ -281,9 +266,9 @@ class GuardedFunction:
 class GuardedKernel:
     """What the `kernel` fixture gives a test: `kernel.softmax(x, y, rows, cols)`."""
 
-    def __init__(self, kernel: Kernel, guards: list[Guard] | None = None):
+    def __init__(self, kernel: Kernel, guards: list[Guard] | None = None, run: ChildState | None = None):
         self.kernel = kernel
-        self._functions = {name: GuardedFunction(f, guards) for name, f in kernel.functions.items()}
+        self._functions = {name: GuardedFunction(f, guards, run) for name, f in kernel.functions.items()}
 
     def __getattr__(self, name: str) -> GuardedFunction:
         try:

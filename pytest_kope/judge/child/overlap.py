@@ -112,7 +112,7 @@ def _overlapping(fn: Any, wants: list[dict[int, Any]], written: list[int]) -> tu
                     break
             return result
 
-        return GuardedFunction(replace(fn.function, raw=raw), fn.guards)
+        return GuardedFunction(replace(fn.function, raw=raw), fn.guards, fn.run)
 
     return [member(0), member(1)], found
 

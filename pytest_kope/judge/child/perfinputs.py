@@ -22,7 +22,8 @@ from typing import Any
 
 import pytest
 
-Recorded = list[tuple[str, tuple[Any, ...]]]  # (kernel function name, its arguments) per kope_bench call
+from . import state
+from .state import Recorded
 
 
 class NotRecordable(Exception):
@@ -61,26 +62,22 @@ class RecordingBench:
         self.calls.append((function.name, args))
 
 
-ACTIVE: Recorded | None = None  # the calls of the body the fork server is recording, while it runs
-KEPT: dict[tuple[str, int], Recorded | None] = {}  # (item id, seed) -> its calls; None: not recordable
-
-
 def record(item: pytest.Item, seed: int) -> Recorded | None:
     """Run `item` here (setup, body, teardown) with the stand-ins and `seed` bound as its `kope_seed`
     (the session's SEED otherwise); its calls, or None when the body is not recordable. The item's
     own parameters are restored afterwards."""
     from _pytest.runner import runtestprotocol
 
-    global ACTIVE
+    run = state.of(item.config)
     key = (item.nodeid, seed)
-    if key in KEPT:
-        return KEPT[key]
+    if key in run.kept:
+        return run.kept[key]
     callspec = getattr(item, "callspec", None)
     saved = dict(callspec.params) if callspec is not None else {}
     if callspec is not None and "kope_seed" in callspec.params:
         callspec.params["kope_seed"] = seed
     calls: Recorded = []
-    ACTIVE = calls
+    run.recording = calls
     try:
         reports = runtestprotocol(item, log=False, nextitem=None)
         ok = all(r.passed for r in reports) and bool(calls)
@@ -89,18 +86,18 @@ def record(item: pytest.Item, seed: int) -> Recorded | None:
         with contextlib.suppress(Exception):  # nothing of it stays set up for the children
             item.session._setupstate.teardown_exact(None)
     finally:
-        ACTIVE = None
+        run.recording = None
         if callspec is not None:
             callspec.params.clear()
             callspec.params.update(saved)
-    KEPT[key] = calls if ok else None
-    return KEPT[key]
+    run.kept[key] = calls if ok else None  # None: not recordable
+    return run.kept[key]
 
 
 def replay(item: pytest.Item, seed: int) -> bool:
     """In a forked timing child: time the recorded calls through the item's real `kope_bench` and
     `kernel` instead of running its body. False when there is nothing recorded (the body runs)."""
-    calls = KEPT.get((item.nodeid, seed))
+    calls = state.of(item.config).kept.get((item.nodeid, seed))
     if not calls:
         return False
     values = item.funcargs  # type: ignore[attr-defined]  # every fixture of the item, set up

@@ -20,7 +20,7 @@ from ...operator import base_nodeid, operator_of
 from ..arrays import DEFAULT_RTOL
 from ..protocol import read_key, sign
 from ..request import JudgeRequest
-from . import guards
+from . import guards, state
 from .guards import GuardedKernel
 
 
@@ -55,7 +55,8 @@ class Child:
 
             self.recorder = Recorder()
             oracle.ASSERTED = []  # the committed kernel's tests: their tolerances are the repo's bar
-        guards.SWITCHES = guards.Switches(
+        self.run = state.of(config)
+        self.run.switches = state.Switches(
             probe=switches["probe"], settled_in_replay=switches["settled_in_replay"], recorder=self.recorder
         )
 
@@ -117,12 +118,12 @@ class Child:
 
     @pytest.hookimpl(wrapper=True)
     def pytest_pyfunc_call(self, pyfuncitem: pytest.Function) -> Any:
-        began, guarded = time.perf_counter(), guards.CALLED_S
+        began, guarded = time.perf_counter(), self.run.called_s
         try:
             return (yield)
         finally:
             if self.reference is None:  # a timing child's test body is the timing
-                self.tests_s += time.perf_counter() - began - (guards.CALLED_S - guarded)
+                self.tests_s += time.perf_counter() - began - (self.run.called_s - guarded)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
@@ -156,9 +157,9 @@ class Child:
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         from ...settings import BENCH
-        from .building import BUILD_SECONDS, FAILED_BUILDS
 
-        for digest, (kind, message) in FAILED_BUILDS.items():
+        failed = self.run.failed_builds
+        for digest, (kind, message) in failed.items():
             self.emit(event="build_failed", candidate=digest, kind=kind, message=message[:4000])
         bench = self.config.stash.get(BENCH, None)
         for record in bench.paired if bench else []:
@@ -171,17 +172,17 @@ class Child:
         if self.recorder is not None and self.record is not None:
             from ... import oracle
 
-            guards.SWITCHES.recorder = None
+            self.run.switches.recorder = None
             asserted = oracle.loosest(oracle.ASSERTED or [])
             self.emit(event="recorded", count=self.recorder.write(self.record), asserted=asserted)
-        if self.request.shrink is not None and self.replay is not None and not FAILED_BUILDS:
+        if self.request.shrink is not None and self.replay is not None and not failed:
             self._shrink(session)
-        elif self.replay is not None and not FAILED_BUILDS:  # even after a failure: it may be the test's
+        elif self.replay is not None and not failed:  # even after a failure: it may be the test's
             self._replay()
         self.emit(
             event="done",
             t=time.monotonic(),
-            build_s=sum(BUILD_SECONDS),
+            build_s=sum(self.run.build_seconds),
             timed_s=bench.timed_s if bench else 0.0,
             kernel_s=bench.kernel_s if bench else 0.0,
             tests_s=self.tests_s,
@@ -195,7 +196,9 @@ class Child:
 
         self.emit(event="start", test="differential check")
         try:
-            kernel = GuardedKernel(build_cached(self.config, self.op, self.candidate), guards.replay_guards())
+            kernel = GuardedKernel(
+                build_cached(self.config, self.op, self.candidate), guards.replay_guards(), self.run
+            )
         except BaseException as e:  # noqa: BLE001 - a failed build is reported by its own event
             self.emit(event="replayed", problems=[f"could not load the candidate: {e}"][:1])
             return
