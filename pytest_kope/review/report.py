@@ -51,7 +51,8 @@ def bench_table(records: list[Any]) -> str:
     return tabulate(rows, headers=["test", "median", "IQR/2", "rounds", "calls/round", "GB/s"])
 
 
-def _lineage(best: Any, history: list[Any]) -> list[Any]:
+def lineage(best: Any, history: list[Any]) -> list[Any]:
+    """`best` and its ancestors in `history`, oldest first (parents followed once each)."""
     by_hash = {j.candidate.hash: j for j in history}
     chain, seen = [best], {best.candidate.hash}
     while chain[-1].candidate.parent in by_hash and chain[-1].candidate.parent not in seen:
@@ -68,9 +69,10 @@ def operator_summary(
     winner: Winner,
     note: str,
     seconds_spent: float,
+    **rest: Any,
 ) -> OperatorSummary:
     """One operator's entry in report.json: its full account, on the verified winner when there is one
-    (`verified`), else on the search's incumbent; the session fills in the rest."""
+    (`verified`), else on the search's incumbent; `rest`: the other fields, as the session decided them."""
     best = verified if verified is not None else search.incumbent
     baseline_s = search.baseline.time_s
     improved = best is not search.baseline and bool(best.timings)
@@ -95,6 +97,7 @@ def operator_summary(
         seconds=round(seconds_spent, 1),
         outcomes=_count(j.outcome.value for j in search.history),
         candidates=[_entry(j) for j in search.history],
+        **rest,
     )
 
 
@@ -302,9 +305,9 @@ def commit_message(
         )
         for t in winner.timings
     ]
-    lineage = " -> ".join(
+    chain = " -> ".join(
         f"{j.candidate.short} ({j.candidate.idea})" if j is not baseline else "baseline"
-        for j in _lineage(winner, [baseline, *history])
+        for j in lineage(winner, [baseline, *history])
     )
     params = " ".join(f"{k}={v}" for k, v in sorted(winner.candidate.params.items()))
     tests = tests_by_file(winner.tests_passed, winner.fixed_inputs) or "- (none recorded)"
@@ -330,7 +333,7 @@ def commit_message(
             "",
             *portable,
             f"Parameters: {params or '(none)'}",
-            f"Lineage: {lineage}",
+            f"Lineage: {chain}",
             "",
             f"Kope-Run: {run_id}",
             f"Kope-Speedup: {speedup:.2f}",

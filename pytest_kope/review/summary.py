@@ -145,10 +145,11 @@ class Published:
         return {**out, **self.other, **_present({"plot": self.plot})}
 
 
-@dataclass
+@dataclass(frozen=True)
 class OperatorSummary:
-    """One operator's entry in report.json. `baseline_judged` says whether the full account (family
-    to candidates) is written; every other field that is None is absent from the entry."""
+    """One operator's entry in report.json, made once (`report.operator_summary`). `baseline_judged`
+    says whether the full account (family to candidates) is written; every other field that is None
+    is absent from the entry."""
 
     name: str
     verified: bool

@@ -59,8 +59,9 @@ class Checked:
     baseline_isa: PlainRun | None = None  # the plain run with the instruction set held to the baseline
 
 
-def conclude(s: Run, loop: Operand, p: Progress, seconds: float) -> OperatorSummary:
-    """Verify and commit the incumbent (if it is not the baseline); the operator's summary."""
+def conclude(s: Run, loop: Operand, p: Progress, started: float, decided: dict[str, Any]) -> OperatorSummary:
+    """Verify and commit the incumbent (if it is not the baseline); the operator's summary, made once
+    with what the loop `decided` (why it stopped, its flaky tests, ...) and the time since `started`."""
     op = loop.op
     verified: Judged | None = None
     winner = Winner()
@@ -96,18 +97,25 @@ def conclude(s: Run, loop: Operand, p: Progress, seconds: float) -> OperatorSumm
     if verified is not None and earlier and earlier["candidate_hash"] == verified.candidate.hash:
         # an earlier run's winner, verified again: not a new winner, whatever its branch gets now
         winner.already_committed = {"branch": earlier.get("branch"), "commit": earlier.get("commit")}
-    summary = report.operator_summary(
-        op=op, search=p.searched(), verified=verified, winner=winner, note=note, seconds_spent=seconds
-    )
-    summary.timed_rtol = timed_rtol
-    summary.plain_pytest = plain.to_json() if plain else None
-    summary.baseline_isa = baseline_isa.to_json() if baseline_isa else None
+    in_source = None
     if verified is not None:  # a kernel the repo builds itself: how its flags went into the source
-        flags = str(verified.candidate.params.get(FLAGS, ""))
-        summary.flags_in_source = describe(op.build_context(op.spec), flags) or None
-    summary.machine_busy = _machine_busy([*p.history, *([verified] if verified else [])])
+        in_source = describe(op.build_context(op.spec), str(verified.candidate.params.get(FLAGS, ""))) or None
+    summary = report.operator_summary(
+        op=op,
+        search=p.searched(),
+        verified=verified,
+        winner=winner,
+        note=note,
+        seconds_spent=time.monotonic() - started,  # verification included
+        timed_rtol=timed_rtol,
+        plain_pytest=plain.to_json() if plain else None,
+        baseline_isa=baseline_isa.to_json() if baseline_isa else None,
+        flags_in_source=in_source,
+        machine_busy=_machine_busy([*p.history, *([verified] if verified else [])]),
+        **decided,
+    )
     # publish.py's contract is a dict: it reads the entry's candidates and hands back its own keys
-    summary.published = Published.from_json(s.publisher.after(op.name, summary.to_json()))
+    summary = replace(summary, published=Published.from_json(s.publisher.after(op.name, summary.to_json())))
     if note:
         loop.say(note)
     return summary

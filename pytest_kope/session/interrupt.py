@@ -114,12 +114,16 @@ def interrupted_summary(name: str, loop: OperatorLoop | None) -> OperatorSummary
         return OperatorSummary(name=name, verified=False, stopped=stopped(Stop.INTERRUPTED, why))
     seconds = time.monotonic() - loop.started
     note = "interrupted: the best so far is not verified; the next run resumes from it"
-    summary = report.operator_summary(
-        op=loop.op, search=p.searched(), verified=None, winner=Winner(), note=note, seconds_spent=seconds
+    return report.operator_summary(
+        op=loop.op,
+        search=p.searched(),
+        verified=None,
+        winner=Winner(),
+        note=note,
+        seconds_spent=seconds,
+        flaky_tests=loop.flaky,
+        stopped=stopped(Stop.INTERRUPTED, f"interrupted after {p.rule.evaluations} evaluation(s)"),
     )
-    summary.flaky_tests = loop.flaky
-    summary.stopped = stopped(Stop.INTERRUPTED, f"interrupted after {p.rule.evaluations} evaluation(s)")
-    return summary
 
 
 def not_started(runs: list[OperatorRun]) -> None:

@@ -12,7 +12,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..agents.base import Context, OperatorInfo
-from ..agents.tuner import Tuner
+from ..agents.tuner.agent import Tuner
 from ..candidate import Candidate
 from ..errors import BaselineBroken, InfrastructureFault, SpecError
 from ..judge.controller import sandbox
@@ -79,17 +79,17 @@ class OperatorLoop:
             why = p.rule.why or stopped(Stop.BUDGET)
             if why["reason"] != Stop.NOT_TIMED:
                 self.say(f"search stopped: {why['detail']}")
-            summary = conclude(self.s, self, p, time.monotonic() - self.started)
-            summary.flaky_tests = self.flaky  # the tests to fix, with the seeds that show it
-            summary.seconds = round(time.monotonic() - self.started, 1)  # verification included
-            summary.fixed_input_tests = baseline.fixed_inputs  # tests that make their own inputs
-            summary.stopped = why
             explored = self.s.agent.exploration(self.op.name)
-            if explored is not None:  # which axes the search tried around its incumbent, and which not
-                summary.exploration = explored.to_json()
-            if why["reason"] == Stop.ERROR:  # the search itself failed: the run's status says so
-                summary.search_failed = why["detail"]
-            return summary
+            decided = {
+                "flaky_tests": self.flaky,  # the tests to fix, with the seeds that show it
+                "fixed_input_tests": baseline.fixed_inputs,  # tests that make their own inputs
+                "stopped": why,
+                # which axes the search tried around its incumbent, and which not
+                "exploration": explored.to_json() if explored is not None else None,
+                # the search itself failed: the run's status says so
+                "search_failed": why["detail"] if why["reason"] == Stop.ERROR else None,
+            }
+            return conclude(self.s, self, p, self.started, decided)
         finally:
             for note in self.judge.notes:
                 self.say(note, red=True)

@@ -204,7 +204,7 @@ class KopeSession:
             if run.summary is not None:
                 faults = self.concurrency.faults.get(run.op.name)
                 if faults:
-                    run.summary.infrastructure_faults = faults
+                    run.summary = replace(run.summary, infrastructure_faults=faults)
                 self._done(run)
 
     def _done(self, run: OperatorRun) -> None:
