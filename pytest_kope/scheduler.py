@@ -13,7 +13,7 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 T = TypeVar("T")
 
@@ -102,3 +102,8 @@ class OneAtATime:
                 return value(*args, **kwargs)
 
         return call
+
+
+def one_at_a_time(target: T) -> T:
+    """`target` behind a `OneAtATime`, typed as what it stands in for (it answers the same calls)."""
+    return cast(T, OneAtATime(target))

@@ -14,7 +14,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-from .report import _lineage, seconds
+from .report import lineage, seconds
 
 
 @dataclass
@@ -85,7 +85,7 @@ def _timing_table(e: Evidence) -> str:
 
 
 def _lineage_table(e: Evidence) -> str:
-    chain = _lineage(e.winner, [e.baseline, *e.history])
+    chain = lineage(e.winner, [e.baseline, *e.history])
     by_hash = {j.candidate.hash: j for j in e.history}
     rows = []
     for step, j in enumerate(chain):

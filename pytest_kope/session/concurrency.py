@@ -22,7 +22,7 @@ from ..errors import ConfigError, KopeError
 from ..judge.controller.executors import Executor, NodeReservation
 from ..judge.controller.plan import Plan
 from ..judge.outcome import Judged
-from ..scheduler import OneAtATime
+from ..scheduler import one_at_a_time
 from ..settings import Settings
 from ..toolchains import toolchain_of
 from .ceilings import CeilingProbe, measure_ceilings
@@ -60,8 +60,7 @@ class Concurrency:
 
         s, self.say = self.settings, say
         if self.many:
-            graph = OneAtATime(graph)  # type: ignore[assignment]
-            publisher = OneAtATime(publisher)  # type: ignore[assignment]
+            graph, publisher = one_at_a_time(graph), one_at_a_time(publisher)
         self.executor = make_executor(s.executor, home, ship=s.ray_repo == "ship")
         if self.executor is not None:
             self.node = None  # the executor reserves nodes and devices (Ray resources)

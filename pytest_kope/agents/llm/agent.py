@@ -33,7 +33,7 @@ from . import prompt
 from .calls import Calls, Limits
 from .fit import Counter, Window
 from .opening import Asked, experience, fitted, too_big
-from .tools import _needs, compile_check, compile_problem, fenced_candidates, submit, unfenced_candidate
+from .tools import compile_check, compile_problem, fenced_candidates, needs, submit, unfenced_candidate
 from .usage import Usage
 from .wire import TOKEN_KEYS, Provider, Reply, ToolCall, ToolResult, Turn
 
@@ -224,13 +224,13 @@ class LlmAgent(AgentBase):
                 found = self._found(ctx, question, self.limits.query_tokens)
                 text, error = experience(found, self.limits.query_tokens), False
             else:
-                text, error = _needs("question"), True
+                text, error = needs("question"), True
         elif call.name == "compile_draft":
             source = inp.get("source")
             if isinstance(source, str) and source.strip():
                 text, error = compile_check(ctx, source, self.limits.compile_timeout, self.limits.cc), False
             else:
-                text, error = _needs("source"), True
+                text, error = needs("source"), True
         else:
             text = f"unknown tool {call.name!r}: use submit_candidate, query_experience or compile_draft"
             error = True
@@ -270,6 +270,12 @@ class LlmAgent(AgentBase):
     def scrub(self, text: str) -> str:
         return _KEY_LIKE.sub("***", redact(text, *self.provider.secrets))
 
+    def asked(self, ctx: Context, n: int, found: Any) -> Asked:
+        """What a round's opening turn is made of: the context, this operator's last verdicts and a
+        line for each earlier one."""
+        op = ctx.operator.name
+        return Asked(ctx, n, found, self._last.get(op, []), self._earlier.get(op, []), self.plain)
+
     def keep(self, record: dict[str, Any]) -> None:
         """A record for the run folder, scrubbed; an unwritable folder costs the record, not the round."""
         if self.prompt_sink is None:
@@ -300,7 +306,7 @@ class Opening:
     def turn(self) -> Turn | None:
         """The opening turn, or None (a fault said) when not even the smallest one fits."""
         a, ctx, op = self.agent, self.ctx, self.ctx.operator.name
-        asked = Asked(ctx, self.n, self.found, a._last.get(op, []), a._earlier.get(op, []), a.plain)
+        asked = a.asked(ctx, self.n, self.found)
         made = fitted(asked, a.counter, a.window, a.limits.recall_tokens, self.level)
         self.sent += 1
         self.tokens = made["fit"]["prompt_tokens"]

@@ -36,9 +36,9 @@ def submit(
     op = ctx.operator
     source, idea, space = inp.get("source"), inp.get("idea"), inp.get("tuning_space")
     if not isinstance(source, str) or not source.strip():
-        return _needs("source") + " (the complete kernel source file)", True
+        return needs("source") + " (the complete kernel source file)", True
     if not isinstance(idea, str) or not idea.strip():
-        return _needs("idea") + " (one line: what changes and why it is faster)", True
+        return needs("idea") + " (one line: what changes and why it is faster)", True
     if len(accepted) >= n:
         return f"this round's batch of {n} is full; wait for the verdicts", True
     notes: list[str] = []
@@ -211,5 +211,6 @@ def screen(ctx: Context, body: str) -> list[str]:
     return list(op.screen(Candidate(body, Path(op.filename).name, op.toolchain)))
 
 
-def _needs(field: str) -> str:
+def needs(field: str) -> str:
+    """The error a tool call gets for a missing or empty field."""
     return f"`{field}` must be a non-empty string"

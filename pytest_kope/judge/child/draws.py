@@ -237,7 +237,10 @@ def strategy(p: Plan) -> Any:
         assert shaped is not None
         looks = {i: _look(pick, b) for i, b in p.buffers.items()}
         rng = np.random.default_rng(pick(0, (1 << 32) - 1))
-        inputs = {i: _values(rng, b, shaped[i], looks[i], _row(p, scalars, i)) for i, b in p.buffers.items()}
+        inputs = {
+            i: drawn_values(rng, b, shaped[i], looks[i], row_length(p, scalars, i))
+            for i, b in p.buffers.items()
+        }
         summary = ", ".join(f"#{j}={scalars[j]}" for j in p.sizes)
         summary += "".join(f", #{j}={scalars[j]:.4g}" for j in p.ranges)
         summary += "".join(f"; input #{i}: {_say(b, looks[i], inputs[i])}" for i, b in p.buffers.items())
@@ -290,7 +293,7 @@ def _look(pick: Choices, b: Buffer) -> dict[str, Any]:
     return look
 
 
-def _row(p: Plan, scalars: dict[int, int], buffer: int) -> int:
+def row_length(p: Plan, scalars: dict[int, int], buffer: int) -> int:
     """The length of a buffer's rows: its last dimension, or for a flat buffer the last integer
     argument its size is the product of (what structure in rows means, `structure.py`)."""
     if buffer in p.dims:
@@ -311,9 +314,11 @@ def _specials(b: Buffer) -> list[float]:
     return [0.0, -0.0, tiny, -tiny, subnormal, large, -large]
 
 
-def _values(
+def drawn_values(
     rng: np.random.Generator, b: Buffer, shape: tuple[int, ...], look: dict[str, Any], row: int = 0
 ) -> np.ndarray:
+    """Values for buffer `b` drawn with `look` (magnitude, signs, zeros, specials), then the structure
+    of rows of `row` elements (`structure.py`); in the buffer's dtype and `shape`."""
     n = math.prod(shape)
     if b.domain == "integer":
         values = rng.integers(math.floor(b.low), math.floor(b.high) + 1, n).astype(np.float64)

@@ -22,7 +22,7 @@ import numpy as np
 
 from ...toolchains.base import KernelFunction
 from . import noise, structure
-from .draws import Drawn, Plan, _row, _values, call_arguments, with_inputs, written_outputs
+from .draws import Drawn, Plan, call_arguments, drawn_values, row_length, with_inputs, written_outputs
 
 TARGETS = (
     1 << 19,
@@ -93,7 +93,7 @@ def _drawn(p: Plan, scalars: dict[int, Any], rng: np.random.Generator) -> Drawn:
             "centre": centre, "spread": 0.5, "ramp": False, "zeros": False, "specials": [],
             "signs": "mixed" if b.domain == "any" else "positive", "structure": structure.NONE,
         }  # fmt: skip
-        inputs[i] = _values(rng, b, p.rules.shape(scalars, i), look, _row(p, scalars, i))
+        inputs[i] = drawn_values(rng, b, p.rules.shape(scalars, i), look, row_length(p, scalars, i))
     summary = ", ".join(f"#{j}={scalars[j]}" for j in p.sizes)
     summary += "".join(f"; input #{i}: {x.size} values of the recorded magnitude" for i, x in inputs.items())
     peak = max((float(np.abs(x[np.isfinite(x)]).max(initial=0.0)) for x in inputs.values()), default=0.0)

@@ -18,7 +18,7 @@ import random
 from typing import Any
 
 from .. import arrays
-from .rotation import INOUT, OUT, Rotation, _copy_into
+from .rotation import INOUT, OUT, Rotation, copy_into
 from .sides import Clock, Side
 
 CHECKED_PER_ROUND = 2  # copies compared after a round of many calls a block (all, for one call)
@@ -64,7 +64,7 @@ def timed_outputs_mismatch(reference: Side, candidate: Side, rtol: float, clock:
     unrestored = [i for i in mine.outputs if mine.roles[i] == INOUT and i not in mine.varied]
     for k in range(len(mine.sets)):
         for i in unrestored:  # an in-place argument no fresh input restores: both start from the candidate's
-            _copy_into(theirs.sets[k][i], mine.sets[k][i])
+            copy_into(theirs.sets[k][i], mine.sets[k][i])
         reference.repeat(k, 1, clock)
         candidate.repeat(k, 1, clock)
         why = first_mismatch(mine.outputs_of(k), theirs.outputs_of(k), rtol)

@@ -164,12 +164,13 @@ class Rotation:
     def _clone(self, a: Any) -> Any:
         if self.allocate is not None and arrays.is_array(a):
             made = self.allocate(a)
-            _copy_into(made, a)
+            copy_into(made, a)
             return made
         return _clone(a)
 
 
-def _copy_into(target: Any, source: Any) -> None:
+def copy_into(target: Any, source: Any) -> None:
+    """`target[...] = source` for a numpy array or a torch tensor (on its own device)."""
     if isinstance(target, np.ndarray):
         np.copyto(target, source)
     else:  # a torch tensor, on its own device
