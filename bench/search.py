@@ -51,9 +51,9 @@ from tabulate import tabulate
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pytest_kope.agents.exploration import point_key  # noqa: E402
-from pytest_kope.agents.search import Memory, Table, TableEvaluator, baseline_of, run_search  # noqa: E402
-from pytest_kope.agents.tuner import Tuner  # noqa: E402
+from pytest_kope.agents.tuner.agent import Tuner  # noqa: E402
+from pytest_kope.agents.tuner.exploration import point_key  # noqa: E402
+from pytest_kope.agents.tuner.search import Memory, Table, TableEvaluator, baseline_of, run_search  # noqa: E402
 from pytest_kope.judge.outcome import Judged, Outcome  # noqa: E402
 from pytest_kope.memory import distill  # noqa: E402
 from pytest_kope.memory.graph import Graph  # noqa: E402

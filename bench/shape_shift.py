@@ -29,8 +29,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from pytest_kope.agents.base import OperatorInfo  # noqa: E402
-from pytest_kope.agents.search import Memory, Pace, Table, TableEvaluator, run_search  # noqa: E402
-from pytest_kope.agents.tuner import Tuner  # noqa: E402
+from pytest_kope.agents.tuner.agent import Tuner  # noqa: E402
+from pytest_kope.agents.tuner.search import Memory, Pace, Table, TableEvaluator, run_search  # noqa: E402
 from pytest_kope.judge.outcome import Judged, Outcome  # noqa: E402
 from pytest_kope.memory import Graph  # noqa: E402
 

@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.overhead import plans  # noqa: E402
-from pytest_kope.agents.search import pooled  # noqa: E402
+from pytest_kope.agents.tuner.search import pooled  # noqa: E402
 from pytest_kope.candidate import Candidate  # noqa: E402
 from pytest_kope.judge.controller.plan import Plan  # noqa: E402
 from pytest_kope.judge.controller.runner import Judge  # noqa: E402

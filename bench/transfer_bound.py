@@ -46,7 +46,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.shape_shift import BUDGET, PACE, WORSE, final, first_at, load, over_cold, tuned  # noqa: E402
 from pytest_kope.agents.base import OperatorInfo  # noqa: E402
-from pytest_kope.agents.search import Memory, Table  # noqa: E402
+from pytest_kope.agents.tuner.search import Memory, Table  # noqa: E402
 from pytest_kope.memory import Graph  # noqa: E402
 from pytest_kope.spec import Scalar  # noqa: E402
 

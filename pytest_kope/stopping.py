@@ -146,7 +146,7 @@ class StopRule:
     streak: int = 0  # evaluations since the last gain
     why: dict[str, Any] | None = None
     # the axes no evidence speaks for that the agent has not tried around its incumbent
-    # (agents/exploration.py): while there are any, patience waits
+    # (agents/tuner/exploration.py): while there are any, patience waits
     unexplored: Callable[[], list[str]] = field(default=lambda: [])
     waited: bool = False  # patience was reached once with axes still unexplored
 

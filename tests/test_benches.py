@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench import cold_warm, false_wins, shape_shift, tables, transfer_bound  # noqa: E402
-from pytest_kope.agents.search import Table  # noqa: E402
+from pytest_kope.agents.tuner.search import Table  # noqa: E402
 from pytest_kope.spec import Scalar  # noqa: E402
 
 HANG = 900  # a guard against a hung bench, not a speed requirement

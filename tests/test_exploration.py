@@ -19,10 +19,10 @@ from op_repos import UNJAILED, make_op_repo
 from test_transfer import HW, search, table, warm_graph
 
 from bench import shape_shift
-from pytest_kope.agents import exploration as ex
 from pytest_kope.agents.base import Context
-from pytest_kope.agents.search import Memory, Pace, TableEvaluator, _recaller, baseline_of, run_search
-from pytest_kope.agents.tuner import Tuner
+from pytest_kope.agents.tuner import exploration as ex
+from pytest_kope.agents.tuner.agent import Tuner
+from pytest_kope.agents.tuner.search import Memory, Pace, TableEvaluator, _recaller, baseline_of, run_search
 from pytest_kope.judge.outcome import Outcome
 from pytest_kope.spec import parse_spec
 from pytest_kope.stopping import StopRule

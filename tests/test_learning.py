@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from pytest_kope.agents.search import Memory, Table, TableEvaluator, evaluations_to, run_search
-from pytest_kope.agents.tuner import Tuner
+from pytest_kope.agents.tuner.agent import Tuner
+from pytest_kope.agents.tuner.search import Memory, Table, TableEvaluator, evaluations_to, run_search
 from pytest_kope.candidate import Candidate
 from pytest_kope.judge.outcome import Judged, Outcome
 from pytest_kope.memory import Graph, distill, recall_from

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from pytest_kope.agents.base import Context, OperatorInfo
-from pytest_kope.agents.tuner import Tuner
+from pytest_kope.agents.tuner.agent import Tuner
 from pytest_kope.candidate import Candidate
 from pytest_kope.judge.outcome import Judged, Outcome, Timing
 from pytest_kope.memory import Graph, distill, recall_from

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_kope.agents.search import Memory, Table, TableEvaluator, evaluations_to, run_search
-from pytest_kope.agents.tuner import Tuner
+from pytest_kope.agents.tuner.agent import Tuner
+from pytest_kope.agents.tuner.search import Memory, Table, TableEvaluator, evaluations_to, run_search
 from pytest_kope.judge.outcome import Judged
 from pytest_kope.memory import Graph
 from pytest_kope.memory.effects import Observation

@@ -9,7 +9,7 @@ import pytest
 
 from pytest_kope.agents.base import Context, OperatorInfo
 from pytest_kope.agents.replay import Replay
-from pytest_kope.agents.tuner import Tuner
+from pytest_kope.agents.tuner.agent import Tuner
 from pytest_kope.candidate import Candidate
 from pytest_kope.errors import ConfigError, SpecError
 from pytest_kope.judge.measure.stats import PairedRatio, median_ci

@@ -28,7 +28,7 @@ def _no_arg(kind: str, arg: str) -> None:
 def _tuner(arg: str, config: pytest.Config) -> Agent:
     _no_arg("tuner", arg)
     from ..settings import SEED
-    from .tuner import Tuner
+    from .tuner.agent import Tuner
 
     return Tuner(seed=config.stash.get(SEED, 0), explore_rate=explore_rate(config))
 
@@ -104,7 +104,7 @@ def pytest_kope_make_agent(name: str, config: pytest.Config) -> Any:
 
 def explore_rate(config: pytest.Config) -> float:
     """--kope-explore (or ini kope_explore): the least share of tuner proposals that explore."""
-    from .tuner import EXPLORE_RATE
+    from .tuner.agent import EXPLORE_RATE
 
     value = setting(config, "kope_explore")
     try:

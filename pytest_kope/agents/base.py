@@ -13,7 +13,7 @@ from ..candidate import Candidate
 from ..errors import ConfigError
 from ..judge.outcome import Judged
 from ..spec import TuningSpace
-from .exploration import Exploration
+from .tuner.exploration import Exploration
 
 
 @dataclass

@@ -20,7 +20,7 @@ Two arms, chosen by a Beta-Bernoulli bandit on "did the proposal beat the incumb
 
 When graph-led proposals stop beating the incumbent, the bandit shifts to exploring; with an empty
 graph only the explore arm exists. After GRAPH_PATIENCE verdicts without a gain a warm run drops the
-graph altogether (`search_state.drop_graph`): a sibling's optimum at another shape holds a search the
+graph altogether (`state.drop_graph`): a sibling's optimum at another shape holds a search the
 graph's prior still leads, while the graph keeps its trust by ranking the big effects right.
 `explore_rate` is the least share of proposals the explore arm gets. No value is ruled out by a
 lesson: every value of every axis gets tried before the budget is spent unless the budget is smaller
@@ -38,15 +38,15 @@ from typing import Any
 
 import numpy as np
 
-from ..candidate import Candidate
-from ..judge.outcome import Judged, Outcome
-from ..memory.effects import AdditiveModel, Observation, value_key
-from ..memory.points import PastPoint
-from ..memory.transfer import fit_source, graph_prior, losers, measure_agreement
-from ..spec import Point, Scalar, TuningSpace, parse_spec
+from ...candidate import Candidate
+from ...judge.outcome import Judged, Outcome
+from ...memory.effects import AdditiveModel, Observation, value_key
+from ...memory.points import PastPoint
+from ...memory.transfer import fit_source, graph_prior, losers, measure_agreement
+from ...spec import Point, Scalar, TuningSpace, parse_spec
+from ..base import AgentBase, Context
 from . import exploration as ex
-from . import search_state as st
-from .base import AgentBase, Context
+from . import state as st
 
 FAILED_DROP = 1.0  # a broken point counts as this much log speedup below the worst correct one seen
 POOL = 4000  # points scored per round when the space is larger than this

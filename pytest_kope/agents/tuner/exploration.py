@@ -17,8 +17,8 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from ..memory.effects import value_key
-from ..spec import Point, Scalar, TuningSpace
+from ...memory.effects import value_key
+from ...spec import Point, Scalar, TuningSpace
 
 NEAR = 2  # one-axis neighbours of the incumbent judged before an axis counts as explored (where it has them)
 # relations (recall's "operator/hardware" form) whose points count as evidence on an axis

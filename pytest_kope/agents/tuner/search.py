@@ -19,18 +19,18 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..candidate import Candidate
-from ..judge.outcome import Judged, Outcome, Timing
-from ..memory import distill, recall_from
-from ..memory.recall import RecallQuery
-from ..settings import DEFAULTS
-from ..spec import Point, Scalar, as_point, parse_spec
-from ..stopping import StopRule
-from .base import Agent, Context, OperatorInfo
+from ...candidate import Candidate
+from ...judge.outcome import Judged, Outcome, Timing
+from ...memory import distill, recall_from
+from ...memory.recall import RecallQuery
+from ...settings import DEFAULTS
+from ...spec import Point, Scalar, as_point, parse_spec
+from ...stopping import StopRule
+from ..base import Agent, Context, OperatorInfo
 from .exploration import point_key
 
 if TYPE_CHECKING:
-    from ..memory.graph import Graph
+    from ...memory.graph import Graph
 
 MIN_GAIN: float = DEFAULTS["kope_min_gain"]
 

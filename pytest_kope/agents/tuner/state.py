@@ -1,14 +1,14 @@
 """One operator's search by the tuner: what it has judged, what the graph said, and when the graph is
-dropped (the state `tuner.py` decides from; kept per operator, so one search never skews another)."""
+dropped (the state `agent.py` decides from; kept per operator, so one search never skews another)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from ..memory.effects import AdditiveModel, value_key
-from ..memory.transfer import Source
-from ..spec import Point, Scalar, TuningSpace
+from ...memory.effects import AdditiveModel, value_key
+from ...memory.transfer import Source
+from ...spec import Point, Scalar, TuningSpace
 from . import exploration as ex
 
 
