@@ -317,8 +317,7 @@ def _specials(b: Buffer) -> list[float]:
 def drawn_values(
     rng: np.random.Generator, b: Buffer, shape: tuple[int, ...], look: dict[str, Any], row: int = 0
 ) -> np.ndarray:
-    """Values for buffer `b` drawn with `look` (magnitude, signs, zeros, specials), then the structure
-    of rows of `row` elements (`structure.py`); in the buffer's dtype and `shape`."""
+    """Values for `b` as `look` draws them, in rows of `row` elements (`structure.py`)."""
     n = math.prod(shape)
     if b.domain == "integer":
         values = rng.integers(math.floor(b.low), math.floor(b.high) + 1, n).astype(np.float64)
