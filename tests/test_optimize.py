@@ -95,6 +95,9 @@ def test_tuner_commits_verified_winner_and_leaves_checkout_untouched(
     md = (root / ".kope" / "runs" / data["run_id"] / "report.md").read_text()
     assert "## scale" in md and "- Why the search stopped: " in md and "```" not in md
     assert op["stopped"]["reason"] in ("budget", "no_gain", "converged")
+    # the operator's time is its whole way, baseline to commit, most of a one-operator run (its
+    # verification alone, a third of it here, was once all it counted)
+    assert 0.6 * data["seconds"] <= op["seconds"] <= data["seconds"]
 
     # A rerun starts from the known best, judges nothing twice, and adds no commit.
     tip = git(root, "rev-parse", "kope/scale")

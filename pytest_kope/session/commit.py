@@ -77,11 +77,11 @@ def conclude(s: Run, loop: Operand, p: Progress, started: float, decided: dict[s
             f"verifying takes about {s.clock.verify_s():.0f} s)"
         )
     elif p.incumbent is not p.baseline:
-        started = time.monotonic()
+        verifying = time.monotonic()
         checked = _verify_or_runner_up(s, loop, p)
         verified, baked, note, plain = checked.verified, checked.baked, checked.note, checked.plain
         baseline_isa = checked.baseline_isa
-        s.clock.verifies.append(time.monotonic() - started)
+        s.clock.verifies.append(time.monotonic() - verifying)
         if verified is not None:
             s.publisher.measure_peers(op, baked)  # --kope-peers, before the PR body is written
         if verified is not None and s.vcs is not None:
