@@ -111,8 +111,8 @@ def test_the_code_layout_names_files_that_exist() -> None:
     for cell in re.findall(r"`([\w*./]+)`", section):
         if cell == "pytest_kope/" or "*" in cell:
             continue
-        if cell.endswith("/"):  # a top-level folder, or one inside the folder named last
-            base = next((b for b in (package, folder, folder.parent) if (b / cell).is_dir()), None)
+        if cell.endswith("/"):  # a package folder, one inside the folder named last, or the repo's own
+            base = next((b for b in (package, folder, folder.parent, ROOT) if (b / cell).is_dir()), None)
             assert base is not None, cell
             folder = base / cell
         elif cell.endswith(".py"):
