@@ -344,6 +344,19 @@ def test_the_stop_rule_is_the_verdicts_rule():
     assert not stop([1.0, 1.2, 0.9, 1.1, 1.0, 0.95, 1.15, 0.9, 1.05, 1.1], [1.0] * 10)  # undecided
 
 
+def test_an_early_win_needs_every_round_past_the_gain_a_marginal_one_runs_to_the_cap():
+    """Rounds drift together for a while (a neighbour's burst, the page cache): measured on A/A
+    pairs of a memory-bound rowsum, six rounds in a row each 3-17% faster for the same machine code.
+    Stopped there, the sign test's bound (all six above 1) crowned it. A win decided before the cap
+    needs its whole bound past 1 + the gain; a marginal one is decided on every round the cap allows."""
+    stop = timing.decided(0.05)
+    drifted = [1.068, 1.173, 1.046, 1.030, 1.048, 1.095]  # a real A/A pair's first six rounds
+    assert not stop([1.0] * 6, [1.0 / r for r in drifted])  # median 1.058, low 1.03: not yet
+    assert stop([1.0] * 6, [1.0 / 1.2] * 6)  # a clear win: decided at once
+    marginal = [1.0 / 1.08] * 8 + [1.0 / 1.03] * 4  # median 1.08, bound's low end 1.03: to the cap
+    assert not stop([1.0] * 12, marginal)
+
+
 def _counting(fn):
     calls = []
 

@@ -16,7 +16,7 @@ import pytest
 
 from pytest_kope.judge.measure import memops, timing
 from pytest_kope.judge.measure.freshinputs import Domain, fresh
-from pytest_kope.judge.measure.rotation import Rotation
+from pytest_kope.judge.measure.rotation import Rotation, touch_alike
 
 
 def _inputs(n: int) -> dict[str, np.ndarray]:
@@ -199,3 +199,36 @@ def test_torch_tensors_get_fresh_inputs_on_their_own_device():
     assert torch.equal(y == 0, x == 0) and torch.equal(torch.signbit(y), torch.signbit(x))
     assert x.min() <= y.min() and y.max() <= x.max()
     assert not _related(x.numpy(), y.numpy()) and not _related(y.numpy(), other.numpy())
+
+
+def _resident_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096
+
+
+def test_both_kernels_copies_are_faulted_in_together_before_either_kernel_runs():
+    """Pages are handed out in the order they are first written, and where they lie changes a
+    memory-bound kernel's speed: measured, the kernel whose copies were written later was 5-15%
+    faster in every round. `touch_alike` writes both rotations' pages in turn, contents unchanged."""
+    import mmap
+
+    def allocate(template: np.ndarray) -> np.ndarray:  # memory no one has written yet: not resident
+        return np.frombuffer(mmap.mmap(-1, template.nbytes), template.dtype).reshape(template.shape)
+
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal(1 << 21).astype(np.float32)  # 8 MiB, fresh in every copy
+    index = rng.integers(0, 1 << 21, 1 << 21).astype(np.int32)  # 8 MiB, cloned: the test's values
+    args, roles = [x, index, np.empty_like(x)], ["in", "in", "out"]
+    a, b = (Rotation(args, roles, allocate=allocate) for _ in range(2))
+    before = _resident_bytes()
+    touch_alike(a, b)
+    grew = _resident_bytes() - before
+    copies = len(a.sets) + len(b.sets)
+    assert grew >= 0.9 * copies * 2 * x.nbytes, (grew, copies)  # the blank ones (clones were written)
+    assert a.touched == set(range(len(a.sets))) and b.touched == set(range(len(b.sets)))
+    for r in (a, b):
+        for copy in r.sets:
+            assert np.array_equal(np.asarray(copy[1]), index)  # contents unchanged
+    again = _resident_bytes()
+    touch_alike(a, b)  # touched copies are left alone
+    assert _resident_bytes() - again < x.nbytes

@@ -16,7 +16,7 @@ from ...flops import count_flops
 from ...toolchains.base import IN, INOUT, OUT, SCALAR, Kernel, KernelFunction, Timer
 from ..arrays import DEFAULT_RTOL
 from ..measure import contention, timing
-from ..measure.rotation import Rotation
+from ..measure.rotation import Rotation, touch_alike
 from ..measure.stats import Stats
 from ..outcome import Timing
 from . import procstate
@@ -99,6 +99,7 @@ class Bench:
             Rotation(args, roles, allocate=getattr(pair.reference, "allocate", None)),
             Rotation(args, roles, allocate=getattr(pair.candidate, "allocate", None)),
         )
+        touch_alike(*rotations)  # before either kernel's first call: neither gets the earlier pages
         if self.outputs_unread:  # the test's own inputs, exactly, on the candidate's first copy
             poisons = any(isinstance(g, PoisonOutputs) for g in function.active_guards)
             rotations[1].prepare(rotations[1].exact(), [0], poison=not poisons)
