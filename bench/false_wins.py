@@ -25,7 +25,7 @@ from pytest_kope.candidate import Candidate  # noqa: E402
 from pytest_kope.judge.controller.plan import Plan  # noqa: E402
 from pytest_kope.judge.controller.runner import Judge  # noqa: E402
 from pytest_kope.judge.outcome import Judged  # noqa: E402
-from pytest_kope.session.decide import time_and_decide  # noqa: E402
+from pytest_kope.session.decide import time_and_decide, verify  # noqa: E402
 from pytest_kope.toolchains.c import CToolchain  # noqa: E402
 
 
@@ -60,8 +60,10 @@ def clopper_pearson(k: int, n: int, confidence: float = 0.95) -> tuple[float, fl
     return low, high
 
 
-def one_pair(plan: Plan, index: int) -> dict[str, Any] | None:
-    """One independent A/A pair: a fresh judge, a twin of its own; None when no timing came back."""
+def one_pair(plan: Plan, index: int, verify_too: bool = False) -> dict[str, Any] | None:
+    """One independent A/A pair: a fresh judge, a twin of its own; None when no timing came back.
+    `verify_too`: the twin then goes through a winner's verification too, crowned or not (fresh
+    processes, timed against the baseline): passing it is what a false commit needs."""
     plan = dataclasses.replace(
         plan, fork_server=True, sequential=True, record_inputs=True
     )  # the session's judge
@@ -84,6 +86,11 @@ def one_pair(plan: Plan, index: int) -> dict[str, Any] | None:
         crowned = time_and_decide(judge, j, base, plan.min_gain, lambda _: None)
         if not j.timings:
             return None
+        checked_again: dict[str, Any] = {}
+        if verify_too:
+            fresh, why = verify(judge, base, j, plan.min_gain, lambda _: None)
+            said = f"verified at {fresh.speedup:.3f}x" if fresh is not None else why
+            checked_again = {"verified": fresh is not None, "verification": said}
         return {
             "operator": op.name,
             "pair": index,
@@ -92,12 +99,15 @@ def one_pair(plan: Plan, index: int) -> dict[str, Any] | None:
             "rounds": sum(t.rounds for t in j.timings),
             "second_look": any("second look" in n for n in j.notes),
             "false_win": crowned,
+            **checked_again,
         }
     finally:
         judge.close()
 
 
-def aa_pairs(plans: list[Plan], pairs: int, every: int = 10, minutes: float = 0.0) -> list[dict[str, Any]]:
+def aa_pairs(
+    plans: list[Plan], pairs: int, every: int = 10, minutes: float = 0.0, verify_too: bool = False
+) -> list[dict[str, Any]]:
     """`pairs` independent A/A pairs, the operators taken in turn; every `every` pairs a line says
     how far it is (about 20 s a pair on 2 cores: 200 pairs take over an hour). With `minutes`, no
     pair starts after that long: the summary counts the pairs that were made, its interval wider."""
@@ -107,7 +117,7 @@ def aa_pairs(plans: list[Plan], pairs: int, every: int = 10, minutes: float = 0.
         if time.monotonic() > deadline:
             print(f"A/A: time is up after {i} of {pairs} pairs", flush=True)
             break
-        pair = one_pair(plans[i % len(plans)], i)
+        pair = one_pair(plans[i % len(plans)], i, verify_too)
         if pair is not None:
             out.append(pair)
         if every and ((i + 1) % every == 0 or i + 1 == pairs):
@@ -126,6 +136,8 @@ def summary(pairs: list[dict[str, Any]]) -> dict[str, Any]:
         "clopper_pearson_95": [low, high],
         "operators": sorted({p["operator"] for p in pairs}),
         "second_looks": sum(bool(p["second_look"]) for p in pairs),
+        "verified": sum(bool(p.get("verified")) for p in pairs),
+        "verifications": sum("verified" in p for p in pairs),
         "independent": "each pair its own judge (fresh fork servers and children, inputs made anew) "
         "and its own twin build; operators in turn",
     }
@@ -141,4 +153,9 @@ def line(s: dict[str, Any]) -> str:
         f"({100 * s['rate']:.1f}%, exact 95% interval {100 * low:.1f}%-{100 * high:.1f}%), "
         f"over {len(s['operators'])} operators, {s['second_looks']} second looks; each pair its own judge, "
         "fork servers, inputs and twin build"
+        + (
+            f"; {s['verified']} of {s['verifications']} twins passed a winner's verification"
+            if s["verifications"]
+            else ""
+        )
     )

@@ -258,6 +258,11 @@ def main(argv: list[str] | None = None) -> int:
         "--aa-minutes", type=float, default=0.0, help="start no A/A pair after this long (0: no limit)"
     )
     parser.add_argument(
+        "--aa-verify",
+        action="store_true",
+        help="every A/A twin also goes through a winner's verification, crowned or not (about 15 s more a pair)",
+    )
+    parser.add_argument(
         "--budget", type=int, default=24, help="attempts per operator a verification is spread over"
     )
     parser.add_argument("--modes", default="", help="comma-separated judges to run (default: all)")
@@ -290,7 +295,11 @@ def main(argv: list[str] | None = None) -> int:
     headers = ["judge", "attempts", *PHASES, "total", "overhead", "harness", "rounds", "wall s"]
     print("\nper attempt, median seconds (overhead: all but build and kernel; harness: overhead less tests)")
     print(tabulate(summarize(results), headers=headers, floatfmt=".3f"))
-    aa = false_wins.aa_pairs(chosen, args.aa, minutes=args.aa_minutes) if args.aa and chosen else []
+    aa = (
+        false_wins.aa_pairs(chosen, args.aa, minutes=args.aa_minutes, verify_too=args.aa_verify)
+        if args.aa and chosen
+        else []
+    )
     aa_summary = false_wins.summary(aa)
     if args.aa:
         print("\n" + false_wins.line(aa_summary))

@@ -121,6 +121,10 @@ def test_false_win_summary_names_its_pairs() -> None:
     assert (s["pairs"], s["false_wins"]) == (60, 1)
     text = false_wins.line(s)
     assert "1 false wins in 60 independent pairs" in text and "exact 95% interval 0.0%-8.9%" in text
+    assert "verification" not in text  # none was asked for
+    for i, p in enumerate(pairs[:10]):  # with --aa-verify: how many twins a winner's verification passed
+        p["verified"] = i == 3
+    assert "1 of 10 twins passed a winner's verification" in false_wins.line(false_wins.summary(pairs))
 
 
 def test_each_arm_goes_first_on_half_of_the_seeds() -> None:

@@ -97,6 +97,21 @@ def test_a_decided_verdict_is_not_timed_again() -> None:
         assert judge.calls == 1, first  # crowned, decided not better, or a median gain below 5%
 
 
+def test_a_marginal_win_stands_only_if_a_second_timing_wins_too() -> None:
+    """Two processes' placement alone gave one machine code up to 1.05x with its bound at 1.049 (A/A
+    pairs with kernel servers): a win whose bound's low end is within 1 + 2 x the gain is timed again,
+    in new processes, and that timing alone decides; a clear win is not."""
+    lost = ScriptedTimings(timing(1.07, 1.02, 1.12), timing(1.01, 0.95, 1.05))
+    j = judged("e")
+    assert not time_and_decide(lost, j, incumbent(), GAIN, dropped)
+    assert lost.calls == 2 and j.outcome == Outcome.OK
+    assert any("second look" in n and "1.07x" in n and "placement" in n for n in j.notes)
+    held = ScriptedTimings(timing(1.07, 1.02, 1.12), timing(1.08, 1.03, 1.12))
+    assert time_and_decide(held, judged("f"), incumbent(), GAIN, dropped) and held.calls == 2
+    clear = ScriptedTimings(timing(1.30, 1.11, 1.40), timing(0.5, 0.4, 0.6))
+    assert time_and_decide(clear, judged("g"), incumbent(), GAIN, dropped) and clear.calls == 1
+
+
 def test_a_lost_timing_is_a_fault_not_a_second_look() -> None:
     judge = ScriptedTimings("the fork server died")
     faults: list[Judged] = []
