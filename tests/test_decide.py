@@ -7,12 +7,13 @@ each case is decided by the rule alone, not by this machine's noise."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, cast
 
 from pytest_kope.candidate import Candidate
 from pytest_kope.judge.controller.plan import Plan
 from pytest_kope.judge.outcome import Judged, Outcome, Timing
 from pytest_kope.operator import Operator
-from pytest_kope.session.decide import judge_batch, time_and_decide, undecided_gain
+from pytest_kope.session.decide import judge_batch, time_and_decide, undecided_gain, verify
 
 GAIN = 0.05
 
@@ -152,3 +153,26 @@ def test_with_several_devices_a_gain_undecided_twice_stays_ok_with_one_note() ->
     (verdict,) = judge_batch(judge, [judged("a").candidate], incumbent(), GAIN, dropped, dropped)
     assert judge.calls == 2 and verdict.outcome == Outcome.OK
     assert sum("second look" in n for n in verdict.notes) == 1
+
+
+class Verifying(ScriptedTimings):
+    """The judge as a winner's verification uses it: the baseline re-recorded, then fresh processes."""
+
+    def baseline(self, candidate: Candidate) -> Judged:
+        return Judged(candidate, Outcome.OK)
+
+    def fresh_processes(self) -> None:
+        pass
+
+
+def test_a_marginal_verification_is_timed_again_and_that_timing_decides() -> None:
+    base = judged("base")
+    lost = Verifying(timing(1.07, 1.02, 1.12), timing(1.01, 0.95, 1.05))
+    fresh, why = verify(cast(Any, lost), base, judged("v"), GAIN, dropped)
+    assert fresh is None and lost.calls == 2 and "did not hold" in why
+    held = Verifying(timing(1.07, 1.02, 1.12), timing(1.08, 1.03, 1.12))
+    fresh, _ = verify(cast(Any, held), base, judged("w"), GAIN, dropped)
+    assert fresh is not None and held.calls == 2 and any("timed again" in n for n in fresh.notes)
+    clear = Verifying(timing(1.5, 1.3, 1.7))
+    fresh, _ = verify(cast(Any, clear), base, judged("x"), GAIN, dropped)
+    assert fresh is not None and clear.calls == 1
