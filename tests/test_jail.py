@@ -203,3 +203,20 @@ def test_a_kernel_cannot_tell_the_judge_by_its_memory_limit(tmp_path):
         judge.close()
     assert cheat.outcome == Outcome.INCORRECT, cheat.failures
     assert twin.outcome == Outcome.OK, twin.failures
+
+
+def test_a_thread_that_ends_while_its_state_is_read_is_gone_not_an_error():
+    """A kernel the jail kills mid-call (SIGSYS) ends while the host waits for it to stop: reading its
+    thread's state then fails with ESRCH, which means gone (seen: a timer patch judged `incorrect`
+    with "ProcessLookupError" as its failure, instead of `crashed` by SIGSYS)."""
+    from pytest_kope.judge.kernel import process
+
+    done = threading.Event()
+    thread = threading.Thread(target=done.wait)
+    thread.start()
+    live = os.open(f"/proc/self/task/{thread.native_id}/stat", os.O_RDONLY)
+    assert process._state(live) in (b"S", b"R")
+    ended = os.open(f"/proc/self/task/{thread.native_id}/stat", os.O_RDONLY)
+    done.set()
+    thread.join()
+    assert process._state(ended) is None

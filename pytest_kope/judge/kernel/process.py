@@ -337,11 +337,19 @@ def _stopped(pid: int) -> bool:
             fd = os.open(f"/proc/{pid}/task/{tid}/stat", os.O_RDONLY)
         except OSError:
             continue
-        try:
-            stat = os.read(fd, 512)
-        finally:
-            os.close(fd)
-        state = stat[stat.rindex(b")") + 2 : stat.rindex(b")") + 3]
-        if state not in (b"T", b"t", b"Z", b"X"):
+        if _state(fd) not in (None, b"T", b"t", b"Z", b"X"):
             return False
     return True
+
+
+def _state(fd: int) -> bytes | None:
+    """The state letter in a thread's open stat file, which is closed (None: the thread ended between
+    the open and the read, ESRCH: a kernel the jail killed mid-call was judged `incorrect` with
+    "ProcessLookupError" as its failure, instead of `crashed` by SIGSYS)."""
+    try:
+        stat = os.read(fd, 512)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return stat[stat.rindex(b")") + 2 : stat.rindex(b")") + 3]
