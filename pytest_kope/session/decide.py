@@ -73,9 +73,9 @@ def marginal_win(j: Judged, min_gain: float) -> bool:
     return j.outcome == Outcome.BETTER and within_placement(j, min_gain)
 
 
-def needs_second_look(j: Judged, min_gain: float) -> bool:
-    """An undecided gain, or a marginal win: one more paired timing, which alone decides (the win
-    taken back until then)."""
+def held_for_second_look(j: Judged, min_gain: float) -> bool:
+    """Whether `j` gets one more paired timing, which alone decides: an undecided gain, or a marginal
+    win, which is taken back until then. Either way its notes say why."""
     if marginal_win(j, min_gain):
         j.outcome = Outcome.OK
         j.notes.append(
@@ -101,7 +101,7 @@ def time_and_decide(
             fault(j)
             return False
         decide(j, incumbent, min_gain)
-        if look == 2 or not needs_second_look(j, min_gain):
+        if look == 2 or not held_for_second_look(j, min_gain):
             return j.outcome == Outcome.BETTER
     return False
 
@@ -132,7 +132,9 @@ def judge_batch(
             judge.performance_many(survivors, incumbent.candidate)
             for j in judged_only(survivors, fault):
                 decide(j, incumbent, min_gain)
-            survivors = [j for j in survivors if look == 1 and not j.fault and needs_second_look(j, min_gain)]
+            survivors = [
+                j for j in survivors if look == 1 and not j.fault and held_for_second_look(j, min_gain)
+            ]
         verdicts = [j for j in verdicts if not j.fault]
         winners = [j for j in verdicts if j.outcome == Outcome.BETTER]
         fastest = max(winners, key=lambda w: w.speedup or 0.0, default=None)
