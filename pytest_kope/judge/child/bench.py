@@ -95,11 +95,7 @@ class Bench:
             self.session.plain.append(BenchRecord(self.nodeid, fn.name, stats, moved))
             return stats
         pair = timing.KernelPair(ref.functions[fn.name].raw, fn.raw, self.session.rtol)
-        rotations = (
-            Rotation(args, roles, allocate=getattr(pair.reference, "allocate", None)),
-            Rotation(args, roles, allocate=getattr(pair.candidate, "allocate", None)),
-        )
-        touch_alike(*rotations)  # before either kernel's first call: neither gets the earlier pages
+        rotations = _rotations(pair, args, roles)
         if self.outputs_unread:  # the test's own inputs, exactly, on the candidate's first copy
             poisons = any(isinstance(g, PoisonOutputs) for g in function.active_guards)
             rotations[1].prepare(rotations[1].exact(), [0], poison=not poisons)
@@ -177,6 +173,15 @@ class _State:
             return self.snapshot.changes()
         found: list[str] = self.kernel.state()
         return found
+
+
+def _rotations(pair: timing.KernelPair, args: tuple[Any, ...], roles: list[str]) -> tuple[Rotation, Rotation]:
+    """Each kernel's copies (in its server's arena), their pages written in turn before either kernel's
+    first call (`touch_alike`): neither gets the pages written first."""
+    kernels = (pair.reference, pair.candidate)
+    reference, candidate = (Rotation(args, roles, allocate=getattr(k, "allocate", None)) for k in kernels)
+    touch_alike(reference, candidate)
+    return reference, candidate
 
 
 def _server_pids(kernel: Any) -> list[int]:
