@@ -132,9 +132,11 @@ def judge_batch(
             judge.performance_many(survivors, incumbent.candidate)
             for j in judged_only(survivors, fault):
                 decide(j, incumbent, min_gain)
-            survivors = [
-                j for j in survivors if look == 1 and not j.fault and held_for_second_look(j, min_gain)
-            ]
+            held = []  # a loop, not a comprehension: held_for_second_look notes and takes back
+            for j in survivors:
+                if look == 1 and not j.fault and held_for_second_look(j, min_gain):
+                    held.append(j)
+            survivors = held
         verdicts = [j for j in verdicts if not j.fault]
         winners = [j for j in verdicts if j.outcome == Outcome.BETTER]
         fastest = max(winners, key=lambda w: w.speedup or 0.0, default=None)
