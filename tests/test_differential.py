@@ -467,7 +467,8 @@ def test_a_loop_on_refilled_buffers_names_a_cache_kept_by_address(tmp_path):
     loop = [e for e in manifest if "refill" in e]
     assert [e["refill"] for e in loop] == list(range(refill.STEPS)), loop
     expected = differential.take_expected(tmp_path / "recorded")
-    assert differential.replay(tmp_path / "recorded", cached_replay, tmp_path / "out") == []
+    # races off: the cache is not thread-safe either, and two threads at once may name it first
+    assert differential.replay(tmp_path / "recorded", cached_replay, tmp_path / "out", races=False) == []
     found = differential.compare(manifest, expected, tmp_path / "out", 1e-4)
     assert found and "refilled in place (call 2 of 4" in found[0], found
 

@@ -190,8 +190,7 @@ class KernelProcess:
         if raw:  # the load: the server is running already, and stops once it answers
             with self._answer():
                 try:
-                    channel.send(message, fds)
-                    answer, _ = channel.recv()
+                    answer = channel.answer(channel.request(message, fds))
                 finally:
                     with self._lock:
                         self._running -= 1
@@ -211,10 +210,10 @@ class KernelProcess:
         channel, ended = self.channels[on], [0.0]
         with self._answer(), self._lock:
             began = clock()
-            channel.send(message)
+            seq = channel.request(message)
             self._continue()
             try:
-                answer, _ = channel.recv()
+                answer = channel.answer(seq)
             finally:
                 self._stop(lambda: ended.append(clock()))
         self._checked(answer)

@@ -230,7 +230,7 @@ class Server:
                 answer = self.handle(message, fds)
             except Exception as e:  # noqa: BLE001 - the kernel's own error, reported as data
                 answer = self._reported({"error": _text(e), "kind": type(e).__name__})
-            channel.send(answer)
+            channel.reply(message, answer)
 
 
 class LoadRefused(Exception):
@@ -254,9 +254,10 @@ def main(argv: list[str]) -> int:
     except Closed:
         return 0
     try:
-        first.send(server.load(spec["load"]))
+        first.reply(spec, server.load(spec["load"]))
     except Exception as e:  # noqa: BLE001 - a kernel that cannot be loaded: said, then nothing is served
-        first.send({"error": _text(e), "kind": type(e).__name__, "trace": traceback.format_exc()[-MAX_TEXT:]})
+        trace = traceback.format_exc()[-MAX_TEXT:]
+        first.reply(spec, {"error": _text(e), "kind": type(e).__name__, "trace": trace})
         return 3
     for extra in channels[1:]:
         threading.Thread(target=server.serve, args=(extra,), daemon=True).start()

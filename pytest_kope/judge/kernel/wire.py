@@ -25,6 +25,7 @@ class Channel:
 
     def __init__(self, sock: socket.socket):
         self.sock = sock
+        self.asked = 0  # requests sent: each answer must carry its request's number
 
     @classmethod
     def pair(cls) -> tuple[Channel, socket.socket]:
@@ -65,13 +66,31 @@ class Channel:
             raise Garbled(f"{data[:80]!r} is not a JSON object")
         return message, fds
 
-    def ask(self, message: dict[str, Any], fds: list[int] | None = None) -> dict[str, Any]:
-        """Send and wait for the answer."""
-        self.send(message, fds)
+    def request(self, message: dict[str, Any], fds: list[int] | None = None) -> int:
+        """Send `message` numbered; returns the number its answer must carry."""
+        self.asked += 1
+        self.send({**message, "seq": self.asked}, fds)
+        return self.asked
+
+    def answer(self, seq: int) -> dict[str, Any]:
+        """The answer to request `seq`. Anything else is bytes a kernel wrote on its channel: a
+        message that answers no request is Garbled, never taken as an answer. (A kernel that knows the
+        protocol can still forge one; an answer only says a call ended, and the host checks the
+        outputs and keeps the clock itself.)"""
         answer, extra = self.recv()
         for fd in extra:  # a host never takes descriptors from a kernel server
             _close(fd)
+        if answer.get("seq") != seq:
+            raise Garbled(f"{json.dumps(answer)[:80]!r} answers no request (request #{seq} was waiting)")
         return answer
+
+    def ask(self, message: dict[str, Any], fds: list[int] | None = None) -> dict[str, Any]:
+        """Send and wait for the answer."""
+        return self.answer(self.request(message, fds))
+
+    def reply(self, request: dict[str, Any], answer: dict[str, Any]) -> None:
+        """The server's side: `answer` to `request`, numbered as the request was."""
+        self.send({**answer, "seq": request.get("seq")})
 
     def close(self) -> None:
         self.sock.close()
