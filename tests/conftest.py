@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy  # noqa: F401 - loaded before pytester's in-process runs, which drop modules they load: numpy cannot load twice
 import pytest
 from op_repos import make_op_repo
 
