@@ -47,7 +47,9 @@ TARGETS = ["", "-march=haswell"]
 def check(plan: Plan, target: str, max_points: int) -> tuple[int, list[tuple[dict[str, Any], str]], float]:
     """(points judged, failing points with their first failure, seconds) for one operator and target."""
     tc = CToolchain(target_flags=target or None)
-    plan = dataclasses.replace(plan, toolchain_env=judging_env(tc), fork_server=True, sequential=True)
+    plan = dataclasses.replace(plan, toolchain_env=judging_env(tc)).with_settings(
+        fork_server=True, sequential=True
+    )
     op = plan.operator
     points = chosen_points(op.spec.space, max_points)
     judge = Judge(plan, tc.screen)

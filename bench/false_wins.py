@@ -11,7 +11,6 @@ comes with its exact (Clopper-Pearson) 95% interval, which needs no assumption b
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import sys
 import time
@@ -64,9 +63,7 @@ def one_pair(plan: Plan, index: int, verify_too: bool = False) -> dict[str, Any]
     """One independent A/A pair: a fresh judge, a twin of its own; None when no timing came back.
     `verify_too`: the twin then goes through a winner's verification too, crowned or not (fresh
     processes, timed against the baseline): passing it is what a false commit needs."""
-    plan = dataclasses.replace(
-        plan, fork_server=True, sequential=True, record_inputs=True
-    )  # the session's judge
+    plan = plan.with_settings(fork_server=True, sequential=True, record_inputs=True)  # the session's judge
     judge = Judge(plan, CToolchain().screen)
     op = plan.operator
     try:
@@ -83,12 +80,12 @@ def one_pair(plan: Plan, index: int, verify_too: bool = False) -> dict[str, Any]
         if not checked.outcome.correct:
             return None
         j = Judged(twin, checked.outcome)
-        crowned = time_and_decide(judge, j, base, plan.min_gain, lambda _: None)
+        crowned = time_and_decide(judge, j, base, plan.settings.min_gain, lambda _: None)
         if not j.timings:
             return None
         checked_again: dict[str, Any] = {}
         if verify_too:
-            fresh, why = verify(judge, base, j, plan.min_gain, lambda _: None)
+            fresh, why = verify(judge, base, j, plan.settings.min_gain, lambda _: None)
             said = f"verified at {fresh.speedup:.3f}x" if fresh is not None else why
             checked_again = {"verified": fresh is not None, "verification": said}
         return {

@@ -11,7 +11,6 @@ child, with the judge's own timing, is the comparison that noise leaves standing
 
 from __future__ import annotations
 
-import dataclasses
 import statistics
 import sys
 from pathlib import Path
@@ -33,7 +32,7 @@ def head_to_head(
     """`rounds` paired timings of `second` against `first` (ratio > 1: `second` is faster): the median
     ratio, the lowest low and the highest high of the rounds' 95% bounds."""
     (plan,) = plans(repo.resolve(), [op])
-    plan = dataclasses.replace(plan, fork_server=True, sequential=False)  # every round to the cap
+    plan = plan.with_settings(fork_server=True, sequential=False)  # every round to the cap
     judge = Judge(plan, CToolchain().screen)
     try:
         base = judge.baseline(plan.operator.baseline())

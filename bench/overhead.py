@@ -170,13 +170,7 @@ def judge_operator(
     budget: int,
 ) -> dict[str, Any]:
     """Baseline, attempts in batches (correctness in parallel, then timing), one verification."""
-    plan = dataclasses.replace(
-        plan,
-        fork_server=MODES[mode]["fork_server"],
-        sequential=MODES[mode]["sequential"],
-        record_inputs=MODES[mode]["record_inputs"],
-        ceilings=ceilings,
-    )
+    plan = dataclasses.replace(plan.with_settings(**MODES[mode]), ceilings=ceilings)
     tc = CToolchain()
     judge = Judge(plan, tc.screen)
     task = graph.task_id(plan.operator.name, plan.operator.family, "c", tc.fingerprint())
@@ -192,7 +186,7 @@ def judge_operator(
             batch = judge.correctness(attempts[k : k + plan.jobs])
             for j in batch:
                 if j.outcome.correct:  # timed against the best so far, as the loop does (`judge_batch`)
-                    if time_and_decide(judge, j, incumbent, plan.min_gain, lambda _: None):
+                    if time_and_decide(judge, j, incumbent, plan.settings.min_gain, lambda _: None):
                         incumbent = j
                     rounds += [t.rounds for t in j.timings]
                     correct.append(j.candidate)

@@ -82,11 +82,11 @@ def per_judgement(op: str, n: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         repo = _repo(Path(tmp))
         (plan,) = plans(repo, [op])
-        plan = dataclasses.replace(plan, jobs=1, seeds=2)
+        plan = dataclasses.replace(plan, jobs=1).with_settings(seeds=2)
         attempts = candidates(plan, n, seed=1)
         results = {
-            "fork server": judge_each(dataclasses.replace(plan, fork_server=True), attempts),
-            "fresh local": judge_each(dataclasses.replace(plan, fork_server=False), attempts),
+            "fork server": judge_each(plan.with_settings(fork_server=True), attempts),
+            "fresh local": judge_each(plan.with_settings(fork_server=False), attempts),
         }
         began = time.monotonic()
         ray = RayExecutor(repo, ship=True)

@@ -24,7 +24,6 @@ of all their timings, and their ratio the pooled one of that median.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import hashlib
 import json
 import random
@@ -131,7 +130,7 @@ def measure(plan: Plan, out: Path, max_points: int, deadline: float) -> dict[str
     if not todo:
         save(path, table)
         return table
-    plan = dataclasses.replace(plan, fork_server=True, sequential=True)
+    plan = plan.with_settings(fork_server=True, sequential=True)
     judge = Judge(plan, tc.screen)
     started = time.monotonic()
     try:
@@ -181,7 +180,7 @@ def refine(plan: Plan, out: Path, top: int, again: int) -> None:
     todo = [p for p in ranked[:top] if len(p["times"]) < 1 + again]
     if not todo:
         return
-    plan = dataclasses.replace(plan, fork_server=True, sequential=True)
+    plan = plan.with_settings(fork_server=True, sequential=True)
     judge = Judge(plan, tc.screen)
     try:
         base = judge.baseline(op.baseline())

@@ -184,6 +184,12 @@ def _judge_options(g: Any, parser: pytest.Parser) -> None:
         ("kope-seeds", "seeds each candidate's correctness tests run with (default {default})", int),
         ("kope-min-gain", "smallest speedup counted as a gain beyond noise (default {default})", float),
         ("kope-timeout", "seconds a candidate's test process may run (default {default:g})", float),
+        (
+            "kope-timing-seconds",
+            "seconds one paired timing may run before its rounds stop, decided or not; more decides "
+            "smaller gains on a noisy machine (default {default:g})",
+            float,
+        ),
     ):
         _option(g, parser, name, help, type=kind)
     _option(

@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from .errors import MarkerError
+from .judge.child.benchstash import BENCH, bench_session
 from .operator import MARKER, base_nodeid, is_performance_test, operator_of
 from .session.border import border, failing
-from .settings import BENCH, BUILT, SEED, bench_session
+from .settings import BUILT, SEED
 
 if TYPE_CHECKING:
     from .candidate import Candidate

@@ -1,4 +1,4 @@
-"""Process-wide keys every floor needs (the run's seed, built kernels, the bench session), and the one
+"""Process-wide keys every floor needs (the run's seed, built kernels), and the one
 reader of the optimize run's options and ini values (`Settings.from_config`).
 
 They live here, at the bottom of the import order, so that the judging child and the builder never
@@ -8,34 +8,21 @@ import `plugin.py` (which would close an import circle through the workflow).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import pytest
 
 from .errors import ConfigError
 
-if TYPE_CHECKING:
-    from .judge.child.bench import BenchSession
-
 SEED = pytest.StashKey[int]()
-BENCH = pytest.StashKey["BenchSession"]()
 BUILT = pytest.StashKey[dict[str, Any]]()
-
-
-def bench_session(config: pytest.Config) -> BenchSession:
-    """The process's timing records (and, in a judging child, the reference kernel)."""
-    if BENCH not in config.stash:
-        from .judge.child.bench import BenchSession
-
-        config.stash[BENCH] = BenchSession()
-    return config.stash[BENCH]
 
 
 EXECUTORS = ("local", "ray")  # where judging children may run (judge/controller/executors.py)
 
-# Each setting's default, the one place it is written: the reader below, the options' help texts
-# (`options.py`) and the judge's Plan take it from here.
+# Each setting's default, the one place it is written: `Settings`' fields, the reader below and the
+# options' help texts (`options.py`) take it from here.
 DEFAULTS: dict[str, Any] = {
     "kope_budget": 24,
     "kope_patience": 8,
@@ -43,6 +30,7 @@ DEFAULTS: dict[str, Any] = {
     "kope_seeds": 2,
     "kope_timeout": 120.0,
     "kope_concurrency": 1,
+    "kope_timing_seconds": 3.0,
 }
 
 
@@ -62,31 +50,47 @@ def setting(config: pytest.Config, name: str, default: Any = None) -> Any:
 
 @dataclass(frozen=True)
 class Settings:
-    """An optimize run's options, read and checked once (`from_config`); the loop reads only these."""
+    """An optimize run's options, read and checked once (`from_config`); the loop reads only these.
 
-    budget: int
-    agent: str
-    min_gain: float
-    fork_server: bool
-    seeds: int
-    timeout: float
-    jobs: int
-    prefix: str
-    no_commit: bool
-    check_only: bool
-    since: str | None
-    patience: int
-    minutes: float | None  # the whole run's time budget; None: unlimited
-    allow_unjailed: bool
-    db: str | None
-    devices: str
-    report: str | None
+    The judge's `Plan` and every `JudgeRequest` carry this object whole, so a setting a judging child
+    needs is a field here, its option in `options.py`, and the line that reads it in the child
+    (`request.settings.x`). `Settings()` is a run with every default."""
+
+    budget: int = DEFAULTS["kope_budget"]
+    agent: str = "auto"
+    min_gain: float = DEFAULTS["kope_min_gain"]  # the gain a winner must show (its 95% interval decides)
+    fork_server: bool = True  # judge in children forked from warm servers, built once (launch.py)
+    seeds: int = DEFAULTS["kope_seeds"]
+    timeout: float = DEFAULTS["kope_timeout"]
+    jobs: int = field(default_factory=lambda: len(os.sched_getaffinity(0)))
+    prefix: str = "kope/"
+    no_commit: bool = False
+    check_only: bool = False
+    since: str | None = None
+    patience: int = DEFAULTS["kope_patience"]
+    minutes: float | None = None  # the whole run's time budget; None: unlimited
+    allow_unjailed: bool = False
+    db: str | None = None
+    devices: str = ""
+    report: str | None = None
     executor: str = "local"  # where judging children run: local or ray (judge/controller/executors.py)
-    concurrency: int = 1  # operators optimized at once (scheduler.py)
+    concurrency: int = DEFAULTS["kope_concurrency"]  # operators optimized at once (scheduler.py)
     ray_repo: str = "ship"  # how Ray workers get the operator repo: ship or shared
     jobs_given: bool = True  # --kope-jobs (or kope_jobs) was set; else an executor may choose
     operators: tuple[str, ...] = ()  # --kope-operator: only these operators; () for all collected
     no_wait: bool = False  # --kope-no-wait: refuse, not wait, when another run holds the repo
+    timing_s: float = DEFAULTS["kope_timing_seconds"]  # the most one paired timing runs (child/bench.py)
+    # the benches' switches (no option): paired rounds stop once decided (else run to the cap), and a
+    # fork server runs a perf test's body once for the children it forks
+    sequential: bool = True
+    record_inputs: bool = True
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Settings:
+        return cls(**{**data, "operators": tuple(data.get("operators") or ())})
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> Settings:
@@ -115,11 +119,14 @@ class Settings:
             jobs_given=setting(config, "kope_jobs", None) is not None,
             operators=tuple(config.getoption("kope_operator", None) or ()),
             no_wait=bool(config.getoption("kope_no_wait", False)),
+            timing_s=float(setting(config, "kope_timing_seconds")),
         )
         if s.budget < 1:
             raise ConfigError(f"--kope-budget must be at least 1, got {s.budget}")
         if s.patience < 0:
             raise ConfigError(f"--kope-patience must be 0 (off) or more, got {s.patience}")
+        if not 0.1 <= s.timing_s <= 600:
+            raise ConfigError(f"--kope-timing-seconds takes 0.1 to 600 seconds, got {s.timing_s:g}")
         if s.minutes is not None and s.minutes < 0:
             raise ConfigError(f"--kope-time-budget takes minutes, 0 or more; got {s.minutes}")
         s.check_executor()

@@ -65,7 +65,6 @@ def plan_for(repo: Path, op: str, tc: Toolchain, logs: Path) -> Plan:
         performance=[],
         toolchain_env=judging_env(tc),
         limits=sandbox.Limits(wall_s=300),
-        seeds=2,
         jobs=2,
         keep=logs,
         sanitize_env=tc.sanitize_env,

@@ -19,7 +19,6 @@ the committed kernel. The Python verdict forger is judged wrong where it cannot 
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import pytest
@@ -112,7 +111,7 @@ def test_a_python_verdict_forger_finds_no_verdict_to_forge(tmp_path, monkeypatch
         "from pytest_kope import assert_close\nimport torch\n\n\ndef _t(x, y):\n"
         "    return torch.from_numpy(x), torch.from_numpy(y)\n",
     )
-    plan = dataclasses.replace(_repo(tmp_path, "softmax.py", twin, tests), seeds=2)
+    plan = _repo(tmp_path, "softmax.py", twin, tests).with_settings(seeds=2)
     judge = Judge(plan, lambda c: [])
     try:
         assert judge.baseline(plan.operator.baseline()).outcome == Outcome.OK

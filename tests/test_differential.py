@@ -92,7 +92,6 @@ def _repo(tmp_path: Path, source: str, text: str, tests: str) -> Plan:
         performance=[],
         toolchain_env=env,
         limits=sandbox.Limits(wall_s=120),
-        seeds=2,
         jobs=2,
         keep=tmp_path / "logs",  # each child's log, for the failure messages
     )
@@ -132,7 +131,7 @@ def test_honest_candidate_passes_and_wrong_ones_are_named(tmp_path):
 
 def test_counts_what_each_test_really_ran(tmp_path):
     """A test that makes its own inputs runs once per child whatever the seeds; it counts once."""
-    plan = dataclasses.replace(_c_plan(tmp_path), seeds=3)
+    plan = _c_plan(tmp_path).with_settings(seeds=3)
     judge = Judge(plan, lambda c: [])
     try:
         base = judge.baseline(plan.operator.baseline())
@@ -238,7 +237,7 @@ def test_python_candidate_is_judged_by_its_outputs_outside_its_process(tmp_path)
         "    tx, ty = torch.from_numpy(x), torch.from_numpy(y)\n"
         "    return tx, ty\n",
     )
-    plan = dataclasses.replace(_repo(tmp_path, "softmax.py", TRITON_KERNEL, tests), seeds=1)
+    plan = _repo(tmp_path, "softmax.py", TRITON_KERNEL, tests).with_settings(seeds=1)
     judge = Judge(plan, lambda c: screening.screen_python_source(c.source, c.filename))
     try:
         base = judge.baseline(plan.operator.baseline())

@@ -199,9 +199,7 @@ def test_the_tests_own_code_is_told_apart_from_the_kernel_and_the_judge(tmp_path
             "    kernel.scale(x, y, n)\n", "    time.sleep(0.05)\n    kernel.scale(x, y, n)\n"
         ).replace("import numpy", "import time\nimport numpy"),
     )
-    plan = dataclasses.replace(
-        plan, seeds=2
-    )  # 2 tests x 2 seeds: 4 bodies of 50 ms, each calling a 300 ms kernel
+    plan = plan.with_settings(seeds=2)  # 2 tests x 2 seeds: 4 bodies of 50 ms, each calling a 300 ms kernel
     judge = Judge(plan, lambda c: [])
     slow = _candidate(
         plan, KERNEL.format(prelude="#include <unistd.h>", body="    usleep(300000);", after="")
@@ -250,7 +248,7 @@ def test_the_cache_adopts_only_the_key_the_server_named(tmp_path):
 
 
 def test_the_old_path_still_judges(tmp_path):
-    plan = dataclasses.replace(_plan(tmp_path), fork_server=False)
+    plan = _plan(tmp_path).with_settings(fork_server=False)
     judge = Judge(plan, lambda c: [])
     try:
         base = judge.baseline(plan.operator.baseline())
@@ -738,3 +736,23 @@ def test_a_perf_test_in_a_class_with_fixtures_is_recorded_too(tmp_path):
     finally:
         judge.close()
     assert judged.outcome == Outcome.OK and len(judged.timings) == 2, judged.failures
+
+
+@needs_jail
+def test_the_runs_settings_reach_the_childs_timing_whole(tmp_path):
+    """`--kope-timing-seconds` travels in the request's settings: a paired timing of twins run to the
+    cap (not sequential) stops at the fewest rounds when its window is a tenth of a second, and runs
+    many more in the default 3 s."""
+    twin_text = KERNEL.format(prelude="", body="", after="") + "\n"
+    rounds = {}
+    for seconds in (0.1, 3.0):
+        plan = _plan(tmp_path).with_settings(timing_s=seconds, sequential=False)
+        judge = Judge(plan, lambda c: [])
+        try:
+            base = judge.baseline(plan.operator.baseline())
+            judged = judge.performance(judge.correctness([_candidate(plan, twin_text)])[0], base.candidate)
+        finally:
+            judge.close()
+        assert judged.outcome == Outcome.OK and judged.timings, judged.failures
+        rounds[seconds] = judged.timings[0].rounds
+    assert rounds[0.1] == timing.PAIRED.min_rounds < rounds[3.0], rounds

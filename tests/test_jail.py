@@ -9,7 +9,6 @@ host side is checked too: no marker written, no connection made, no link followe
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import site
 import socket
@@ -55,7 +54,7 @@ def _plan(tmp_path: Path) -> Plan:
     )
     (tmp_path / "repo").mkdir()
     plan = _repo(tmp_path / "repo", "softmax.py", TRITON_KERNEL, tests)
-    return dataclasses.replace(plan, seeds=2)
+    return plan.with_settings(seeds=2)
 
 
 def _judge(tmp_path: Path, monkeypatch, attempts: dict[str, str]) -> dict[str, Judged]:

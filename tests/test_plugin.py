@@ -62,6 +62,15 @@ def test_missing_source_is_a_one_line_usage_error(pytester: pytest.Pytester) -> 
     result.stderr.fnmatch_lines(["*kernel source */scale.c of operator 'scale' does not exist; fix source=*"])
 
 
+@pytest.mark.parametrize("given", ["0", "nope"])
+def test_a_timing_window_out_of_range_is_a_one_line_usage_error(
+    pytester: pytest.Pytester, op_repo, given
+) -> None:
+    result = pytester.runpytest("--kope-optimize", "--kope-timing-seconds", given, "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--kope-timing-seconds*"])
+
+
 def test_selection_with_k_and_x(pytester: pytest.Pytester, op_repo) -> None:
     pytester.runpytest("-p", "no:cacheprovider", "-k", "matches and 7").assert_outcomes(passed=1)
     broken = SCALE_C.replace("2.0f * x[i];\n}", "3.0f * x[i];\n}")

@@ -10,7 +10,6 @@ calls are recorded afresh for the next. Unjailed (the folder is writable) and ja
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import pytest
@@ -44,7 +43,7 @@ def _triton_plan(tmp_path: Path) -> Plan:
         "    return torch.from_numpy(x), torch.from_numpy(y)\n",
     )
     plan = _repo(tmp_path, "softmax.py", TRITON_KERNEL, tests)
-    return dataclasses.replace(plan, seeds=1)
+    return plan.with_settings(seeds=1)
 
 
 def _judged_after_a_rewrite(plan: Plan) -> tuple[Judge, list[Judged], list[Path | None]]:

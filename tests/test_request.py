@@ -8,6 +8,7 @@ from pathlib import Path
 from pytest_kope.candidate import Candidate
 from pytest_kope.judge.request import JudgeRequest, Shrink
 from pytest_kope.operator import Operator
+from pytest_kope.settings import Settings
 
 
 def _candidate(text: str) -> Candidate:
@@ -29,8 +30,7 @@ def test_a_request_round_trips_through_json_text_whole(tmp_path: Path):
         replay=str(tmp_path / "rec"),
         rtol=0.0,
         ceilings={"copy_gbs": 10.0},
-        min_gain=0.05,
-        record_inputs=False,
+        settings=Settings(min_gain=0.1, record_inputs=False, operators=("softmax",), minutes=3.5),
         environment="oversubscribed",
         shrink=Shrink("call-3", _candidate("int c;")),
         key_fd=5,

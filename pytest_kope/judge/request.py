@@ -2,7 +2,8 @@
 
 The controller makes it (`controller/launch.py`), it travels as JSON (a fresh child's `spec.json`, a fork
 server's request pipe, a Ray job), and the child reads it back with `from_json` (`child/plugin.py`,
-`child/forkserver.py`). A new setting reaches the child by adding one field here. The guards' switches
+`child/forkserver.py`). The run's `Settings` travel in it whole: a new setting that a child reads is
+a field of `Settings`, not of this. The guards' switches
 in the child follow from it (`guard_switches`), not from flags set elsewhere.
 """
 
@@ -13,6 +14,7 @@ from typing import Any
 
 from ..candidate import Candidate
 from ..operator import Operator
+from ..settings import Settings
 from .controller.environments import USER
 
 
@@ -38,12 +40,11 @@ class JudgeRequest:
     replay: str | None = None  # replay the recorded calls from this folder and check the outputs
     rtol: float | None = None  # the tolerance timed outputs are checked with (None: the default)
     ceilings: dict[str, Any] | None = None  # measured bandwidth and FMA ceilings (timing only)
-    min_gain: float | None = None  # paired rounds stop once this gain is decided (None: run to the cap)
-    record_inputs: bool = True  # a fork server keeps a perf test's inputs for the children it forks
     environment: str = USER  # correctness: the environment it is judged in
     shrink: Shrink | None = None
     sanitize: bool = False  # build and serve the candidate with the sanitizers (`toolchains/sanitize.py`)
     key_fd: int | None = None  # a fresh child reads its signing key from this pipe
+    settings: Settings = field(default_factory=Settings)  # the run's, whole: what a child reads of them
 
     @property
     def seed(self) -> int:
@@ -64,6 +65,7 @@ class JudgeRequest:
         data = {f.name: getattr(self, f.name) for f in fields(self)}
         data["candidate"], data["operator"] = self.candidate.to_json(), self.operator.to_json()
         data["reference"] = self.reference.to_json() if self.reference else None
+        data["settings"] = self.settings.to_json()
         data["shrink"] = (
             {"key": self.shrink.key, "oracle": self.shrink.oracle.to_json()} if self.shrink else None
         )
@@ -75,6 +77,7 @@ class JudgeRequest:
         given["candidate"] = Candidate.from_json(data["candidate"])
         given["operator"] = Operator.from_json(data["operator"])
         given["reference"] = Candidate.from_json(data["reference"]) if data.get("reference") else None
+        given["settings"] = Settings.from_json(data["settings"]) if "settings" in data else Settings()
         shrink = data.get("shrink")
         given["shrink"] = Shrink(shrink["key"], Candidate.from_json(shrink["oracle"])) if shrink else None
         return cls(**given)

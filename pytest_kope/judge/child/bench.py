@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from ...errors import GuardViolation
 from ...flops import count_flops
+from ...settings import Settings
 from ...toolchains.base import IN, INOUT, OUT, SCALAR, Kernel, KernelFunction, Timer
 from ..arrays import DEFAULT_RTOL
 from ..measure import contention, timing
@@ -55,7 +56,7 @@ class BenchSession:
     physics: Ceilings | None = None  # this machine's measured ceilings: no timing faster than them
     flops: Mapping[str, str] = field(default_factory=dict)  # FLOPs per call, by function (marker `flops=`)
     rtol: float = DEFAULT_RTOL  # timed outputs: candidate against the reference, norm-wise
-    min_gain: float | None = None  # paired rounds stop once the 95% bound decides this gain (None: cap)
+    settings: Settings = field(default_factory=Settings)  # the run's (a judging child's request's)
     timed_s: float = 0.0  # wall time spent in kope_bench calls (the bench's "timing" phase)
     kernel_s: float = 0.0  # of which inside timed windows (the kernels' own time)
 
@@ -103,14 +104,16 @@ class Bench:
         else:
             function(*args)  # one guarded call first: a performance test must not time a broken kernel
         states = (_State.of(pair.reference), _State.of(pair.candidate))  # timed calls: checked between
-        gain = self.session.min_gain
+        settings = self.session.settings  # rounds stop once the 95% bound decides the gain, or at the cap
+        stop = timing.decided(settings.min_gain) if settings.sequential else None
         pids = tuple(p for k in (pair.reference, pair.candidate) for p in _server_pids(k))
         with contention.Window(pids) as load:  # how busy the machine was meanwhile
             paired = timing.measure_paired(
                 pair,
                 timing.CallArgs(args, roles),
                 timing.Clock(clock, sync),
-                stop=timing.decided(gain) if gain is not None else None,
+                budget=replace(timing.PAIRED, max_time_s=settings.timing_s),
+                stop=stop,
                 rotations=rotations,
                 between=lambda candidate: _unchanged(
                     states[candidate].changes(),

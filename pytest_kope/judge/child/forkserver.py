@@ -178,7 +178,7 @@ def _record_inputs(session: pytest.Session, asked: JudgeRequest) -> None:
     keep its inputs (`perfinputs`). Requests with fresh-input seeds (correctness) record nothing."""
     from ...operator import base_nodeid, is_performance_test
 
-    if asked.seeds or not asked.record_inputs:
+    if asked.seeds or not asked.settings.record_inputs:
         return
     seed, selected = asked.seed, set(asked.tests)
     session.config.stash[SEED] = seed  # an item without a kope_seed slot draws from the session's seed

@@ -98,13 +98,13 @@ class Child:
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         if self.reference is None:
             return
-        from ...settings import bench_session as _bench_session
+        from .benchstash import bench_session as _bench_session
         from .building import build_cached
 
         bench = _bench_session(self.config)
         bench.reference = build_cached(self.config, self.op, self.reference)
         bench.rtol = self.rtol
-        bench.min_gain = self.request.min_gain  # paired timing stops once this gain is decided
+        bench.settings = self.request.settings  # how paired timings stop (`Bench._time`)
         bench.flops = dict(self.op.flops)
         if self.request.ceilings:  # this machine's measured bandwidth and FMA ceilings
             from ..measure.physics import Ceilings
@@ -156,7 +156,7 @@ class Child:
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        from ...settings import BENCH
+        from .benchstash import BENCH
 
         failed = self.run.failed_builds
         for digest, (kind, message) in failed.items():

@@ -68,7 +68,7 @@ class Launcher:
 
     def __init__(self, plan: Plan):
         self.plan = plan
-        self.forking = bool(plan.fork_server) and plan.operator.toolchain in FORK_SAFE
+        self.forking = plan.settings.fork_server and plan.operator.toolchain in FORK_SAFE
         self.fresh = not self.forking
         self.pool: Pool | None = None
         self.cache: BuildCache | None = None
@@ -92,7 +92,7 @@ class Launcher:
             self.pool = Pool(self.plan, self.plan.jobs)
             self.cache = BuildCache(self.plan.operator.name)
             self.pool.warm()
-        if len(seeds) > max(1, self.plan.seeds):  # more seeds than the servers collected slots for
+        if len(seeds) > max(1, self.plan.settings.seeds):  # more seeds than the servers collected slots for
             return None
         server = self.pool.acquire()
         sandbox.check_stopping()  # servers turned off by an interruption are no fault to report
@@ -232,8 +232,7 @@ class Launcher:
             replay=str(request.replay_from) if request.replay_from else None,
             rtol=self.timed_rtol,
             ceilings=self.ceilings if reference is not None else None,
-            min_gain=plan.min_gain if plan.sequential else None,
-            record_inputs=plan.record_inputs,
+            settings=plan.settings,
             environment=request.environment,
             shrink=Shrink(request.shrink, request.oracle) if request.shrink and request.oracle else None,
             sanitize=request.sanitize,

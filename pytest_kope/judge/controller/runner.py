@@ -129,7 +129,7 @@ class Judge:
 
     def _draw_seeds(self) -> list[int]:
         """Fresh seeds for one correctness run (`--kope-seeds` of them, one per environment at least)."""
-        count = max(len(environments.ENVIRONMENTS), self.plan.seeds)
+        count = max(len(environments.ENVIRONMENTS), self.plan.settings.seeds)
         return [random.SystemRandom().randrange(1 << 31) for _ in range(count)]
 
     @property

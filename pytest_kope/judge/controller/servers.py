@@ -46,7 +46,7 @@ class ForkServer:
         self.home = self.root / "home"  # its working directory, read-only in the jail
         self.slot.mkdir()
         self.home.mkdir()
-        self.seeds = max(1, plan.seeds)
+        self.seeds = max(1, plan.settings.seeds)
         self.started: sandbox.Started | None = None
         self.requests = self.replies = -1
         self.buffer = b""
