@@ -68,6 +68,7 @@ class Judged:
         default="", repr=False
     )  # KernelDied/KernelTimeout: its server died in the replay
     fixed_inputs: list[str] = field(default_factory=list, repr=False)  # tests that make their own inputs
+    shrunk: str = field(default="", repr=False)  # a shrinking child's minimal failing input (`draws.py`)
     phases: dict[str, float] = field(default_factory=dict, repr=False)  # seconds by phase, for the bench
     fault: str = field(default="", repr=False)  # lost to the machinery (InfrastructureFault): no verdict
     # the loosest norm-wise bound its tests' assert_close calls set, and the largest error they saw

@@ -16,11 +16,9 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from ...candidate import Candidate
 from ...toolchains import tools
@@ -32,35 +30,14 @@ from ..protocol import read_events
 from ..request import JudgeRequest, Shrink
 from . import environments, files, sandbox
 from .buildcache import BuildCache
+from .judgement import Request
 from .plan import Plan
 from .servers import ForkServer, Pool, ServerDied
-from .verdict import interpret, phases
+from .verdict import read
 
 # Toolchains whose tests a fork carries: Triton and torch set up threads and device state (CUDA, NPU)
 # that a forked child cannot use, so their children always start fresh.
 FORK_SAFE = frozenset({"c"})
-
-Compare = Callable[[list[dict[str, Any]], Path], list[str]]  # (events, replayed outputs) -> findings
-
-
-@dataclass(frozen=True)
-class Request:
-    """One judgement: the candidate and the tests it runs; timed against `reference` when given; the
-    committed kernel's calls recorded into `record`, or recorded calls replayed from `replay_from`
-    and their outputs checked by `compare`."""
-
-    candidate: Candidate
-    tests: list[str]
-    seeds: list[int] = field(default_factory=list)
-    reference: Candidate | None = None
-    device: int | None = None
-    record: Path | None = None
-    replay_from: Path | None = None
-    compare: Compare | None = None
-    environment: str = environments.USER  # correctness: where it is judged (`environments.py`)
-    shrink: str | None = None  # a drawn call to shrink (`draws.py`) instead of replaying, against `oracle`
-    oracle: Candidate | None = None
-    sanitize: bool = False  # built and served with the sanitizers (`toolchains/sanitize.py`)
 
 
 class Launcher:
@@ -163,11 +140,10 @@ class Launcher:
             else:
                 finished = self.run_fresh(spec, env, key, work, record, jit)
             ended = time.monotonic()
-            judged = self._read(request, finished, work, key, (began, ended))
             if server is not None and record is not None:
                 _take(work / "recorded", record)
             self._keep(request.candidate, work, "perf.log" if timing else "correctness.log")
-            return judged
+            return read(request, finished, work, key, (began, ended))  # last: one stay in this module a child
         finally:
             shutil.rmtree(work, ignore_errors=True)
 
@@ -184,39 +160,15 @@ class Launcher:
             ran = self.remote.judge(self.plan, spec, key, work, timing=timing)
             took = time.monotonic() - sent
             ran.unpack(work)
-            judged = self._read(request, ran.finished, work, key, ran.clock)
-            judged.phases["executor"] = max(0.0, took - ran.finished.wall_s)  # what the executor added
             self.notes += [f"{note} ({request.candidate.short})" for note in ran.notes]  # not the candidate's
             if request.record is not None:
                 _take(work / "recorded", request.record)
             self._keep(request.candidate, work, "perf.log" if timing else "correctness.log")
+            judged = read(request, ran.finished, work, key, ran.clock)
+            judged.phases["executor"] = max(0.0, took - ran.finished.wall_s)  # what the executor added
             return judged
         finally:
             shutil.rmtree(work, ignore_errors=True)
-
-    def _read(
-        self, request: Request, finished: sandbox.Finished, work: Path, key: bytes, clock: tuple[float, float]
-    ) -> Judged:
-        """The verdict from what a child left in `work`: its signed events, its end, its replayed
-        outputs; `clock` is when it began and ended on the clock its events use (its node's)."""
-        events, forged = read_events(work / "results.jsonl", key)
-        judged = interpret(request.candidate, finished, events, request.tests)
-        judged.phases = phases(events, clock[0], clock[1], timing=request.reference is not None)
-        asserted = [e["asserted"] for e in events if e["event"] == "recorded" and e.get("asserted")]
-        judged.asserted = (float(asserted[-1][0]), float(asserted[-1][1])) if asserted else None
-        if request.compare is not None and judged.outcome in (Outcome.OK, Outcome.INCORRECT):
-            compared = time.monotonic()
-            judged.differential = request.compare(events, work / "replayed")
-            judged.replay_died = next(
-                (str(e.get("kind") or "") for e in events if e["event"] == "replayed"), ""
-            )
-            judged.phases["compare"] = time.monotonic() - compared
-        if forged:
-            judged.notes.append(f"dropped {forged} unsigned line(s) in the child's results (forged)")
-            if judged.outcome.correct:
-                judged.outcome = Outcome.INCORRECT
-                judged.failures.insert(0, f"forged {forged} result line(s) the judge did not sign")
-        return judged
 
     def _spec(self, request: Request, work: Path, record: Path | None) -> JudgeRequest:
         """What the child is asked, in the one form that travels (`..request`)."""

@@ -56,6 +56,32 @@ class Recording:
         )
 
 
+@dataclass(frozen=True)
+class Differential:
+    """The differential check of one child: its replayed outputs against `recording` at `rtol` (and
+    on the drawn calls when the child replayed them). Decided in the controller, from the outputs."""
+
+    recording: Recording
+    rtol: float
+    drawn: bool = True
+
+    def check(self, events: list[dict[str, Any]], outputs: Path) -> list[str]:
+        """The findings: the recording spoiled meanwhile, the replay's own problems, or differences."""
+        if self.recording.changed():
+            return [
+                f"the committed kernel's recorded calls in {self.recording.folder} changed while this child"
+                " ran (they are the judge's: a candidate writes only its own outputs; unjailed, a candidate"
+                " judged at the same time may have done it)"
+            ]
+        done = [e for e in events if e["event"] == "replayed"]
+        problems = (
+            done[-1]["problems"] if done else ["the candidate's child never replayed the recorded calls"]
+        )
+        if problems:
+            return [str(p) for p in problems]
+        return self.recording.compare(outputs, self.rtol, self.drawn)
+
+
 def said_bar(rtol: float, source: str, recording: Recording | None) -> str:
     """The bar a candidate was judged at and whence, in one line, with how far the committed
     kernel's own error relaxed it on the recorded and drawn calls."""

@@ -31,10 +31,11 @@ from ..arrays import DEFAULT_RTOL, timed_rtol
 from ..child import drawing
 from ..outcome import Judged, Outcome
 from . import environments
-from .launch import Launcher, Request
+from .judgement import Request
+from .launch import Launcher
 from .plan import Plan
-from .recording import Recording, said_bar
-from .verdict import interpret, replay_outcome  # noqa: F401 - interpret: the verdict's old home
+from .recording import Differential, Recording, said_bar
+from .verdict import replay_outcome
 
 SANITIZED = "built with -fsanitize=address,undefined"
 
@@ -51,7 +52,6 @@ class Judge:
                 self.free_devices.put(device)
         # the committed kernel's recorded calls: inputs on disk, manifests and outputs held here
         self.recording: Recording | None = None
-        self.spoiled = False  # a child changed the recording: it is made again before the next child
         self._stale: list[Path] = []  # recordings replaced while children may still read them
         self._recording_lock = threading.RLock()  # held while the calls are recorded afresh
         self.committed: Candidate | None = None
@@ -140,14 +140,13 @@ class Judge:
     def _forget(self) -> None:
         if self.recording is not None:
             self._stale.append(self.recording.folder)  # a child judged now may still replay from it
-        self.recording, self.spoiled = None, False
+        self.recording = None
 
     def _recording_for(self) -> Recording | None:
         """The recording a child replays; after a child changed it (possible only unjailed), recorded
         afresh first, while every other child waits for the whole new one."""
         with self._recording_lock:
-            if self.spoiled and self.committed is not None:
-                self.spoiled = False
+            if self.recording is not None and self.recording.changed() and self.committed is not None:
                 self.baseline(self.committed)
             return self.recording
 
@@ -207,18 +206,12 @@ class Judge:
         key = drawing.failing_key(judged.failures[0])
         if key is None or self.recorded is None or self.committed is None:
             return
-        found: list[str] = []
-
-        def take(events: list[dict[str, Any]], outputs: Path) -> list[str]:
-            found.extend(str(e["smallest"]) for e in events if e["event"] == "shrunk" and e["smallest"])
-            return []
-
-        request = Request(judged.candidate, [], [], None, device, None, self.recorded, take)
+        request = Request(judged.candidate, [], [], None, device, None, self.recorded)
         shrunk = self.launcher.judge(replace(request, shrink=key, oracle=self.committed))
         judged.seconds += shrunk.seconds
         judged.phases["shrink"] = shrunk.seconds
-        if found:
-            judged.failures[0] += f"; minimal input (shrunk by Hypothesis): {found[0]}"
+        if shrunk.shrunk:
+            judged.failures[0] += f"; minimal input (shrunk by Hypothesis): {shrunk.shrunk}"
 
     def _everywhere(
         self,
@@ -322,36 +315,14 @@ class Judge:
         correctness = request.reference is None and request.record is None
         recording = self._recording_for() if correctness and replay else None
         if recording is not None:
-
-            def compare(events: list[dict[str, Any]], outputs: Path) -> list[str]:
-                return self._compare(events, recording, outputs, drawn=not request.sanitize)
-
-            request = replace(request, replay_from=recording.folder, compare=compare)
+            checked = Differential(recording, self.rtol, drawn=not request.sanitize)
+            request = replace(request, replay_from=recording.folder, differential=checked)
         return self.launcher.judge(request)
 
     @property
     def rtol(self) -> float:
         """The bar every output check uses, replayed, drawn and timed: the repo's own precision."""
         return self.timed_rtol[0]
-
-    def _compare(
-        self, events: list[dict[str, Any]], recording: Recording, outputs: Path, drawn: bool
-    ) -> list[str]:
-        """The differential check's findings, decided here from the candidate's outputs alone."""
-        if recording.changed():
-            self.spoiled = True
-            return [
-                f"the committed kernel's recorded calls in {recording.folder} changed while this child ran"
-                " (they are the judge's: a candidate writes only its own outputs; unjailed, a candidate"
-                " judged at the same time may have done it)"
-            ]
-        done = [e for e in events if e["event"] == "replayed"]
-        problems = (
-            done[-1]["problems"] if done else ["the candidate's child never replayed the recorded calls"]
-        )
-        if problems:
-            return [str(p) for p in problems]
-        return recording.compare(outputs, self.rtol, drawn)
 
 
 def _joined(first: Judged, then: Judged) -> Judged:

@@ -3,11 +3,41 @@
 from __future__ import annotations
 
 import signal
+import time
+from pathlib import Path
 from typing import Any
 
 from ...candidate import Candidate
 from ..outcome import Judged, Outcome, Timing
+from ..protocol import read_events
 from . import sandbox
+from .judgement import Request
+
+
+def read(
+    request: Request, finished: sandbox.Finished, work: Path, key: bytes, clock: tuple[float, float]
+) -> Judged:
+    """The verdict on one child, from what it left in `work`: its events signed with `key` (a line
+    that is not is forged, and a correct verdict with one is incorrect), its end, its replayed outputs
+    (`request.differential`); `clock` is when it began and ended on the clock its events use (its
+    node's)."""
+    events, forged = read_events(work / "results.jsonl", key)
+    judged = interpret(request.candidate, finished, events, request.tests)
+    judged.phases = phases(events, clock[0], clock[1], timing=request.reference is not None)
+    asserted = [e["asserted"] for e in events if e["event"] == "recorded" and e.get("asserted")]
+    judged.asserted = (float(asserted[-1][0]), float(asserted[-1][1])) if asserted else None
+    judged.shrunk = next((str(e["smallest"]) for e in events if e["event"] == "shrunk" and e["smallest"]), "")
+    if request.differential is not None and judged.outcome in (Outcome.OK, Outcome.INCORRECT):
+        compared = time.monotonic()
+        judged.differential = request.differential.check(events, work / "replayed")
+        judged.replay_died = next((str(e.get("kind") or "") for e in events if e["event"] == "replayed"), "")
+        judged.phases["compare"] = time.monotonic() - compared
+    if forged:
+        judged.notes.append(f"dropped {forged} unsigned line(s) in the child's results (forged)")
+        if judged.outcome.correct:
+            judged.outcome = Outcome.INCORRECT
+            judged.failures.insert(0, f"forged {forged} result line(s) the judge did not sign")
+    return judged
 
 
 def interpret(

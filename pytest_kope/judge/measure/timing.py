@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from .. import arrays
 from .outputcheck import RoundCheck, timed_outputs_mismatch
-from .rotation import IN, INOUT, OUT, SCALAR, Rotation, last_level_cache_bytes, touch_alike  # noqa: F401 - their old home
+from .rotation import Rotation, touch_alike
 from .sides import Budget as Budget
 from .sides import CallArgs as CallArgs
 from .sides import Clock as Clock
