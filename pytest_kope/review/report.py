@@ -10,6 +10,7 @@ from tabulate import tabulate
 from .summary import CandidateEntry, OperatorSummary, Searched, Winner
 
 if TYPE_CHECKING:
+    from ..candidate import Candidate
     from ..judge.outcome import Judged
     from ..operator import Operator
 
@@ -264,15 +265,14 @@ def review_lines(operators: list[OperatorSummary]) -> list[str]:
     return lines
 
 
-def flags_in_source(op: Any, candidate: Any) -> list[str]:
+def flags_in_source(op: Operator, candidate: Candidate) -> list[str]:
     """How a winner's `flags` went into its source, where the repo builds the kernel itself (else [])."""
     from ..toolchains.flagblock import describe
 
-    spec = op.build_context(op.spec) if hasattr(op, "build_context") else None
-    return describe(spec, str(candidate.params.get("flags", ""))) if spec is not None else []
+    return describe(op.build_context(op.spec), str(candidate.params.get("flags", "")))
 
 
-def _portability(op: Any, candidate: Any) -> list[str]:
+def _portability(op: Operator, candidate: Candidate) -> list[str]:
     """The commit's lines on where the winner runs: its flags in the source (the repo builds it), or
     a warning that -march=native ties pytest-kope's build to CPUs like this one."""
     in_source = flags_in_source(op, candidate)
@@ -292,7 +292,7 @@ def _portability(op: Any, candidate: Any) -> list[str]:
 
 
 def commit_message(
-    op: Any, winner: Any, baseline: Any, history: list[Any], run_id: str, hardware: str
+    op: Operator, winner: Judged, baseline: Judged, history: list[Judged], run_id: str, hardware: str
 ) -> str:
     """Subject, table, tests, idea, lineage and trailers, as DESIGN.md fixes them."""
     speedup = winner.speedup or winner.ratio or 1.0

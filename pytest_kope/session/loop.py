@@ -9,9 +9,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from ..agents.base import Context, OperatorInfo
+from ..agents.base import Agent, Context, OperatorInfo
 from ..agents.tuner.agent import Tuner
 from ..candidate import Candidate
 from ..errors import BaselineBroken, InfrastructureFault, SpecError
@@ -256,7 +256,7 @@ class OperatorLoop:
                 sweeper.propose(ctx, max(1, room // 2)) if sweeper and _declares_knobs(p.incumbent) else []
             )
             batch = swept + agent.propose(ctx, room - len(swept))
-            sandbox.check_stopping()  # Ctrl-C during the agent's round: its call is closed, no round follows
+            self.s.children.check_stopping()  # Ctrl-C during the agent's round: its call is closed, no round follows
             proposed += len(batch)
             known = [v for c in batch if self._seen(c.hash) and (v := s.graph.judged(self.task, c.hash))]
             if known:  # judged in an earlier run: the agents learn from the record, no re-run
@@ -306,7 +306,7 @@ class OperatorLoop:
             if not judged:
                 return
 
-    def _nothing_new(self, agent: Any, proposed: int) -> tuple[Stop, str]:
+    def _nothing_new(self, agent: Agent, proposed: int) -> tuple[Stop, str]:
         """Why an agent proposed nothing: done, or, when it never proposed a candidate for this
         operator and reported faults (an unreachable API, a refused key), an error naming the first."""
         name, usage, spent = agent.name, agent.usage(), agent.stopped_for(self.op.name)
