@@ -202,3 +202,75 @@ def test_mypy_checks_every_test_module_as_a_test():
     listed = set(re.findall(r'"([\w.]+)"', block.partition("module = [")[2].partition("]")[0]))
     present = {p.stem for p in (PACKAGE.parent / "tests").glob("*.py")}
     assert (present - listed, listed - present) == (set(), set()), "(not listed, listed but gone)"
+
+
+MUTATORS = {"append", "extend", "insert", "add", "update", "setdefault", "pop", "popitem", "clear"}
+MUTATORS |= {"remove", "discard", "set", "put"}
+STATEFUL = {"dict", "list", "set", "defaultdict", "OrderedDict", "deque", "Counter", "Queue", "Event"}
+
+
+def _bound(node: ast.stmt) -> list[tuple[str, ast.expr]]:
+    """The names a module-level statement binds, with the value each gets."""
+    if isinstance(node, ast.Assign):
+        return [(t.id, node.value) for t in node.targets if isinstance(t, ast.Name)]
+    if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
+        return [(node.target.id, node.value)]
+    return []
+
+
+def _changed(node: ast.AST) -> ast.expr | None:
+    """What `node` changes in place: `x.append(...)`-like calls, `x[k] = ...`, `x.a = ...`."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in MUTATORS:
+        return node.func.value
+    targets = (
+        node.targets
+        if isinstance(node, ast.Assign)
+        else [node.target]
+        if isinstance(node, ast.AugAssign)
+        else []
+    )
+    return next((t.value for t in targets if isinstance(t, (ast.Subscript, ast.Attribute))), None)
+
+
+def module_state(root: Path = PACKAGE / "judge") -> list[str]:
+    """Module-level mutable state under `root`: a `global` statement, a module-level name bound to a
+    new container or event (`STATEFUL`), or a function that changes a module-level name in place.
+    Constant tables (names in capitals, never changed) and locks (a process's own resources) pass."""
+    found: list[tuple[str, int, str]] = []
+    for path in sorted(root.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        where = path.relative_to(root.parent).as_posix()
+        names = set()
+        for node in tree.body:
+            for name, value in _bound(node):
+                names.add(name)
+                called = ast.unparse(value.func).rpartition(".")[2] if isinstance(value, ast.Call) else ""
+                table = name.isupper() or name == "__all__"
+                if called in STATEFUL or (not table and isinstance(value, (ast.List, ast.Dict, ast.Set))):
+                    found.append((where, node.lineno, name))
+        for each in ast.walk(tree):
+            if isinstance(each, ast.Global):
+                found.append((where, each.lineno, f"global {', '.join(each.names)}"))
+            changed = _changed(each)
+            if isinstance(changed, ast.Name) and changed.id in names:
+                found.append((where, getattr(each, "lineno", 0), f"{changed.id} changed"))
+    return [f"{where}:{line}: {what}" for where, line, what in sorted(found)]
+
+
+def test_no_module_level_mutable_state_in_the_judge():
+    """The judge's state lives in objects a run or a child owns (issue 54): two runs in one process, or
+    a test beside a run, never share a registry, a switch or a cache of results by accident."""
+    assert module_state() == []
+
+
+def test_the_state_check_sees_each_kind(tmp_path: Path):
+    pkg = tmp_path / "judge"
+    pkg.mkdir()
+    (pkg / "m.py").write_text(
+        "import threading\nTABLE = {1: 2}\n_live = {}\nSTOP = threading.Event()\nSEEN = []\n"
+        "def f(x):\n    global n\n    SEEN.append(x)\n    TABLE[x] = 1\n"
+    )
+    assert module_state(pkg) == [
+        "judge/m.py:3: _live", "judge/m.py:4: STOP", "judge/m.py:7: global n",
+        "judge/m.py:8: SEEN changed", "judge/m.py:9: TABLE changed",
+    ]  # fmt: skip

@@ -35,9 +35,10 @@ def measure(
     include: Path,
     rounds: int = 9,
     wall_s: float = WALL_S,
+    children: sandbox.Children | None = None,
 ) -> dict[str, Any]:
     """The child's comparison of the committed kernel and the winner with the peers (its JSON), or
-    {"error": why} when the child could not give one."""
+    {"error": why} when the child could not give one; the child is one of the run's `children`."""
     with tempfile.TemporaryDirectory(prefix=f"kope-peers-{name}-") as tmp:
         work = Path(tmp)
         winner = work / "winner" / committed.name
@@ -54,7 +55,8 @@ def measure(
         here = str(Path(__file__).resolve().parents[2])
         extra = {"TORCHINDUCTOR_CACHE_DIR": str(work / "inductor"), "PYTHONPATH": _path(here)}
         env = sandbox.scrubbed_environment(extra, work)
-        done = sandbox.run(cmd, work, env, sandbox.Limits(wall_s=wall_s, address_space=32 << 30))
+        limits = sandbox.Limits(wall_s=wall_s, address_space=32 << 30)
+        done = sandbox.run(cmd, work, env, limits, children or sandbox.Children())
         if done.timed_out:
             return {"error": f"the peer comparison took longer than {wall_s:.0f} s"}
         if done.returncode != 0 or not out.is_file():

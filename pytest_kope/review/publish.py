@@ -25,6 +25,7 @@ from .forge import ForgeSettings, GitHubForge, GitLabForge, make_forge, redact
 from .vcs import ZERO, Target, Vcs
 
 if TYPE_CHECKING:
+    from ..judge.controller.sandbox import Children
     from ..judge.outcome import Judged
     from ..memory.graph import Graph
     from ..operator import Operator
@@ -204,7 +205,7 @@ class Publisher:
         return message.rstrip("\n") + f"\nKope-Base: {self.vcs.base}\n"
 
     # -- peers ---------------------------------------------------------------------------------------
-    def measure_peers(self, op: Operator, baked: str) -> None:
+    def measure_peers(self, op: Operator, baked: str, children: Children) -> None:
         """--kope-peers: the verified winner (`baked`: its source with its values as the defaults) next
         to its kernel-only peers, measured in a jailed child (pytest_kope/peers); the headline goes into
         report.json/report.md and the pull request."""
@@ -217,7 +218,7 @@ class Publisher:
         if not child.applies(op.name, source.read_text()):
             return
         self.say(f"kope {op.name}: timing the winner next to its peers (--kope-peers)")
-        data = child.measure(op.name, source, baked, source.parent)
+        data = child.measure(op.name, source, baked, source.parent, children=children)
         entry: dict[str, object]  # for report.json
         if "error" in data:
             entry = {"error": self._secret(str(data["error"]))}

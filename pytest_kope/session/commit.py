@@ -83,7 +83,7 @@ def conclude(s: Run, loop: Operand, p: Progress, started: float, decided: dict[s
         baseline_isa = checked.baseline_isa
         s.clock.verifies.append(time.monotonic() - verifying)
         if verified is not None:
-            s.publisher.measure_peers(op, baked)  # --kope-peers, before the PR body is written
+            s.publisher.measure_peers(op, baked, s.children)  # --kope-peers, before the PR body is written
         if verified is not None and s.vcs is not None:
             made = VerifiedWinner(op, verified, p.baseline, p.history, loop.hw)
             winner.branch, winner.commit, note = s.publisher.commit(made, loop.plan.files, baked)

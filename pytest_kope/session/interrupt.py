@@ -1,7 +1,7 @@
 """Ctrl-C and SIGTERM during an optimize run: the one place an interruption is handled.
 
 The first signal ends the judgements in progress: every judging child and fork server is killed
-(`sandbox.stop_all`), and a judgement that waited on one raises `Interrupted` instead of handing back a
+(`Children.stop_all`), and a judgement that waited on one raises `Interrupted` instead of handing back a
 verdict. It also ends the agents' work in flight (`also`: the session's agents' `cancel`): a model
 call is closed at once and no further call or round starts. Each operator's loop closes its judge on
 the way out (fork servers, build cache, recorded calls: the run's /tmp/kope-* folders); each
@@ -43,8 +43,10 @@ class Interruption:
     it as above; once it has ended (its report written, its graph closed) a signal quits at once, so
     pytest's closing lines never end in a traceback. `why` names the signal ("" while none came)."""
 
-    def __init__(self, tw: Any):
+    def __init__(self, tw: Any, children: sandbox.Children | None = None):
         self.tw = tw  # pytest's terminal reporter, or None
+        # every child the run started and has not killed (its plans carry it): killed on the first signal
+        self.children = children if children is not None else sandbox.Children()
         self.why = ""
         self.ended = False
         self.began = time.monotonic()
@@ -53,7 +55,7 @@ class Interruption:
         self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> Interruption:
-        sandbox.allow_starts()  # a run before this one in the same process may have been interrupted
+        self.children.allow_starts()  # a run before this one in the same process may have been interrupted
         if threading.current_thread() is threading.main_thread():
             for sig in SIGNALS:
                 self._previous[sig] = signal.signal(sig, self._signalled)
@@ -83,7 +85,7 @@ class Interruption:
             f"kope: {name}: stopping: the judgements and the model call in progress end, then the report"
             " is written (Ctrl-C again quits at once)"
         )
-        sandbox.stop_all()
+        self.children.stop_all()
         for cancel in self.also:
             try:
                 cancel(name)

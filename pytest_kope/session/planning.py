@@ -45,6 +45,7 @@ def plan_for(s: Run, run: OperatorRun) -> tuple[Plan, Toolchain]:
         toolchain_env={**judging_env(tc), **_selection(s.config)},
         limits=sandbox.Limits(wall_s=s.settings.timeout, device=bool(tc.count_devices())),
         settings=s.settings,
+        children=s.children,
         jobs=s.settings.jobs,
         keep=s.run_dir / op.name,
         devices=devices if devices is not None else tuple(range(tc.count_devices())),

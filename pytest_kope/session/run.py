@@ -19,6 +19,7 @@ from ..stopping import RunClock
 
 if TYPE_CHECKING:
     from ..agents.base import Agent
+    from ..judge.controller.sandbox import Children
     from ..memory import Graph
     from ..review.publish import Publisher
     from ..review.vcs import Vcs
@@ -55,6 +56,7 @@ class Run:
     explore_rate: float
     concurrency: Concurrency  # the executor, shared timing slots, infrastructure faults
     ceilings: CeilingProbe  # this machine's measured ceilings, probed once a run
+    children: Children  # every child the run started and has not killed: what an interruption kills
     say: Callable[..., None]  # one whole line to the terminal (`red=True` for trouble)
 
     def batch(self) -> int:

@@ -71,7 +71,7 @@ class RunLock:
         self.machine: Path | None = None  # this run's file among the machine's runs
         self.machine_fd = -1
 
-    def acquire(self, wait: bool, say: Callable[[str], None]) -> None:
+    def acquire(self, wait: bool, say: Callable[[str], None], stopping: sandbox.Children) -> None:
         """Hold the repo's lock; wait for its holder (saying which run that is) or, when not `wait`,
         refuse with a ConfigError. Raises `Interrupted` when Ctrl-C comes while it waits."""
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -85,7 +85,7 @@ class RunLock:
                 )
             say(f"kope: waiting for {holder} to end: one optimize run per repo at a time ({self.path})")
             while not _try_lock(self.fd):
-                sandbox.check_stopping()
+                stopping.check_stopping()
                 time.sleep(POLL_S)
         _write(self.fd, self.me)
 

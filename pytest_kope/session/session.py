@@ -56,7 +56,7 @@ class KopeSession:
         self.output = threading.Lock()  # operators at once write whole lines to the terminal
         self.concurrency = Concurrency(self.settings)  # the executor, operators at once (concurrency.py)
         self.run_lock: RunLock | None = None  # this repo's one optimize run at a time (runlock.py)
-        self.interruption = Interruption(None)  # Ctrl-C and SIGTERM (interrupt.py)
+        self.interruption = Interruption(None)  # Ctrl-C and SIGTERM (interrupt.py), and what they kill
         self.graph_guard = GraphGuard(self.say)  # a damaged graph moved aside; SQLite errors in one line
 
     def say(self, line: str, red: bool = False) -> None:
@@ -143,7 +143,7 @@ class KopeSession:
             return False
         self.tw = session.config.pluginmanager.get_plugin("terminalreporter")
         if not self.settings.check_only:
-            with Interruption(self.tw) as self.interruption:
+            with Interruption(self.tw, self.interruption.children) as self.interruption:
                 self._optimize(session)
             return True
         with border(), self.graph_guard.failing():
@@ -305,7 +305,7 @@ class KopeSession:
         base = ensure_kope_dir(home / ".kope")
         if not s.check_only:  # `kope doctor` changes nothing: it needs no lock
             self.run_lock = RunLock(base, self.run_id, home)
-            self.run_lock.acquire(wait=not s.no_wait, say=self.say)
+            self.run_lock.acquire(wait=not s.no_wait, say=self.say, stopping=self.interruption.children)
             say_others(self.run_lock.others_on_machine(), lambda line: self.say(line, red=True))
         graph = self.graph_guard.open(Path(s.db) if s.db else base / "experience.db")
         run_dir = base / "runs" / self.run_id
@@ -334,6 +334,7 @@ class KopeSession:
             explore_rate=self.explore_rate,
             concurrency=self.concurrency,
             ceilings=CeilingProbe(graph, base / "builds", self.say),
+            children=self.interruption.children,
             say=self.say,
         )
 

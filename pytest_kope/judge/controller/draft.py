@@ -64,7 +64,7 @@ def check(source: str, filename: str, timeout: float = 20.0, cc: str | None = No
         (work / filename).write_text(source)
         env = sandbox.scrubbed_environment({"LC_ALL": "C"}, work)
         limits = sandbox.Limits(wall_s=timeout, cpu_s=max(1, int(timeout) + 1), file_size=256 << 20)
-        done = sandbox.run(cmd, work, env, limits)
+        done = sandbox.run(cmd, work, env, limits, sandbox.Children())  # seconds, within the agent's call
     output = _clean(done.output, (tmp, str(work)))
     if done.timed_out:
         return Checked(False, f"the compile check timed out after {timeout:g} s")

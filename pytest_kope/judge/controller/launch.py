@@ -72,7 +72,7 @@ class Launcher:
         if len(seeds) > max(1, self.plan.settings.seeds):  # more seeds than the servers collected slots for
             return None
         server = self.pool.acquire()
-        sandbox.check_stopping()  # servers turned off by an interruption are no fault to report
+        self.plan.children.check_stopping()  # servers turned off by an interruption are no fault to report
         if server is None and self.pool.broken and not self.notes:
             self.notes.append(f"fork servers off, judging in fresh processes: {self.pool.broken[:2000]}")
         return server
@@ -253,15 +253,11 @@ class Launcher:
         cmd += ["--rootdir", str(plan.rootdir), "--kope-seed", str(spec.seed)]
         cmd += [*(["-c", str(plan.inifile)] if plan.inifile else []), *map(str, plan.files)]
         try:
-            return sandbox.run(
-                cmd,
-                work,
-                sandbox.scrubbed_environment(env, work),
-                plan.limits,
-                writable=[p for p in (record, jit) if p is not None],
-                pass_fds=(key_r,),
-                host=True,
-            )
+            writable = [p for p in (record, jit) if p is not None]
+            place = sandbox.Placement(writable, (key_r,), host=True)
+            scrubbed = sandbox.scrubbed_environment(env, work)
+            started = sandbox.start(cmd, work, scrubbed, plan.limits, plan.children, place)
+            return sandbox.wait(started, plan.limits.wall_s)
         finally:
             os.close(key_r)
 
@@ -279,7 +275,10 @@ class Launcher:
             work = server.work()
             try:
                 key = secrets.token_bytes(32)
-                spec = JudgeRequest(candidate, self.plan.operator, str(work / "results.jsonl")).to_json()
+                results = str(work / "results.jsonl")
+                spec = JudgeRequest(
+                    candidate, self.plan.operator, results, settings=self.plan.settings
+                ).to_json()
                 env = self.child_env(work, None, environments.USER, cached=False)
                 finished, reply = server.run("build", work, spec, env, key)
                 cache.builds += 1

@@ -104,7 +104,8 @@ def run(
             work,
         )
         place = sandbox.Placement(cwd=root, host=True)
-        finished = sandbox.wait(sandbox.start(cmd, work, scrubbed, plan.limits, place), plan.limits.wall_s)
+        started = sandbox.start(cmd, work, scrubbed, plan.limits, plan.children, place)
+        finished = sandbox.wait(started, plan.limits.wall_s)
         outcome = _read(report, finished)
         outcome.seconds, outcome.seed = finished.wall_s, seed
         return outcome

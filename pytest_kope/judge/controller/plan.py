@@ -28,6 +28,7 @@ class Plan:
     toolchain_env: dict[str, str] = field(default_factory=dict)
     limits: sandbox.Limits = field(default_factory=sandbox.Limits)
     settings: Settings = field(default_factory=Settings)  # the run's, carried whole into every request
+    children: sandbox.Children = field(default_factory=sandbox.Children)  # the run's: what Ctrl-C kills
     jobs: int = max(1, os.cpu_count() or 1)
     keep: Path | None = None  # where to keep each child's log and source (the run dir)
     devices: tuple[int, ...] = ()  # accelerator indices: one timing worker each; correctness spreads over all

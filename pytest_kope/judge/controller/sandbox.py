@@ -50,31 +50,37 @@ class Limits:
     processes: int = 256
 
 
-_live: dict[int, Started] = {}  # every started child not yet killed, by id(): what `stop_all` kills
-_stopping = threading.Event()
+class Children:
+    """The children a run started and has not killed yet: what an interruption kills. The run owns
+    one (`KopeSession`) and its plans carry it to every place that starts a child. A copy never
+    travels: a Ray task gets an empty one, since the children it starts are its node's."""
 
+    def __init__(self) -> None:
+        self.live: dict[int, Started] = {}  # by id() of the process
+        self.stopping = threading.Event()
 
-def stop_all() -> None:
-    """The run is interrupted: no child starts from now on, and every live one is killed with its
-    process group and cgroup (a fork server's jail with it). Safe in a signal handler: no lock."""
-    _stopping.set()
-    for started in list(_live.values()):
-        try:
-            os.killpg(started.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        sweep(started.cgroup, set())
+    def __reduce__(self) -> tuple[type[Children], tuple[()]]:
+        return Children, ()
 
+    def stop_all(self) -> None:
+        """The run is interrupted: no child starts from now on, and every live one is killed with its
+        process group and cgroup (a fork server's jail with it). Safe in a signal handler: no lock."""
+        self.stopping.set()
+        for started in list(self.live.values()):
+            try:
+                os.killpg(started.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            sweep(started.cgroup, set())
 
-def allow_starts() -> None:
-    """A new run in this process: children may start again (after an earlier run's `stop_all`)."""
-    _stopping.clear()
+    def allow_starts(self) -> None:
+        """A new run: children may start again (after an earlier run's `stop_all`)."""
+        self.stopping.clear()
 
-
-def check_stopping() -> None:
-    """Raise `Interrupted` once the run is interrupted: a judgement cut short yields no verdict."""
-    if _stopping.is_set():
-        raise Interrupted("the run was interrupted")
+    def check_stopping(self) -> None:
+        """Raise `Interrupted` once the run is interrupted: a judgement cut short yields no verdict."""
+        if self.stopping.is_set():
+            raise Interrupted("the run was interrupted")
 
 
 @dataclass
@@ -197,6 +203,7 @@ class Started:
     jailed: bool
     log: Path
     start: float
+    children: Children  # the run's registry it is in until killed
 
 
 def apply_rlimits(limits: Limits) -> None:
@@ -230,11 +237,16 @@ class Placement:
 
 
 def start(
-    cmd: Sequence[str], work: Path, env: Mapping[str, str], limits: Limits, place: Placement = Placement()
+    cmd: Sequence[str],
+    work: Path,
+    env: Mapping[str, str],
+    limits: Limits,
+    children: Children,
+    place: Placement = Placement(),
 ) -> Started:
     """Start `cmd` jailed with `work` (and `place.writable`) the only writable paths, in its own process
-    group and pids cgroup, under `limits`."""
-    check_stopping()
+    group and pids cgroup, under `limits`; one of the run's `children` until it is killed."""
+    children.check_stopping()
     jail = None if place.host else bubblewrap()[0]
     cwd = place.cwd or work
     full = list(cmd)
@@ -262,10 +274,10 @@ def start(
             preexec_fn=confine,
             pass_fds=tuple(place.pass_fds),
         )  # noqa: PLW1509
-    started = _live[id(proc)] = Started(proc, cgroup, bool(jail), log, time.monotonic())
-    if _stopping.is_set():  # interrupted while it started: `stop_all` may have missed it
+    started = children.live[id(proc)] = Started(proc, cgroup, bool(jail), log, time.monotonic(), children)
+    if children.stopping.is_set():  # interrupted while it started: `stop_all` may have missed it
         kill(started)
-        check_stopping()
+        children.check_stopping()
     return started
 
 
@@ -277,7 +289,7 @@ def wait(started: Started, timeout: float | None) -> Finished:
     except subprocess.TimeoutExpired:
         timed_out = True
     kill(started)
-    check_stopping()  # killed by `stop_all`, or its verdict would come too late to be recorded
+    started.children.check_stopping()  # killed by `stop_all`, or its verdict would come too late
     output = files.read_text(started.log, tail=20000)  # never through a link the child planted
     code = proc.returncode
     if started.jailed and 128 < code < 128 + 65:  # bwrap reports its child's death by signal N as 128+N
@@ -289,7 +301,7 @@ def kill(started: Started) -> None:
     """Kill the process group and everything in its cgroup, then remove the cgroup."""
     _kill_all(started.proc.pid, started.cgroup)
     started.proc.wait()
-    _live.pop(id(started.proc), None)
+    started.children.live.pop(id(started.proc), None)
     _remove_cgroup(started.cgroup)
     started.cgroup = None
 
@@ -317,16 +329,10 @@ def sweep(cgroup: Path | None, keep: set[int]) -> int:
 
 
 def run(
-    cmd: Sequence[str],
-    work: Path,
-    env: Mapping[str, str],
-    limits: Limits,
-    writable: Sequence[Path] = (),
-    pass_fds: Sequence[int] = (),
-    host: bool = False,
+    cmd: Sequence[str], work: Path, env: Mapping[str, str], limits: Limits, children: Children
 ) -> Finished:
-    """Run `cmd` jailed in `work` (a test `host`: unjailed); never raises for anything the child does."""
-    return wait(start(cmd, work, env, limits, Placement(writable, pass_fds, host=host)), limits.wall_s)
+    """Run `cmd` jailed in `work`, `work` its only writable path; never raises for what it does."""
+    return wait(start(cmd, work, env, limits, children), limits.wall_s)
 
 
 def _kill_all(pgid: int, cgroup: Path | None) -> None:

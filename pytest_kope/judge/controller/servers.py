@@ -74,6 +74,7 @@ class ForkServer:
                 self.slot,
                 sandbox.scrubbed_environment(env, self.slot),
                 limits,
+                plan.children,
                 sandbox.Placement(
                     pass_fds=(req_r, rep_w),
                     cwd=self.home,
@@ -139,13 +140,13 @@ class ForkServer:
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([self.replies], [], [], left)[0]:
                 self.stop()
-                sandbox.check_stopping()
+                self.plan.children.check_stopping()
                 raise ServerDied(f"the fork server did not answer within {timeout:.0f} s")
             chunk = os.read(self.replies, 65536)
             if not chunk:
                 code = self._exit_status()
                 self.stop()
-                sandbox.check_stopping()  # killed by the interruption: no fresh process takes over
+                self.plan.children.check_stopping()  # killed by the interruption: no fresh process takes over
                 raise ServerDied(f"the fork server ended ({code})")
             self.buffer += chunk
         line, _, self.buffer = self.buffer.partition(b"\n")
