@@ -183,14 +183,17 @@ def test_no_function_takes_more_than_7_parameters():
     assert long_signatures() == {}
 
 
+def _package(folder: Path, module: str) -> Path:
+    """A package of one module, `m.py`, for a check to look at."""
+    folder.mkdir()
+    (folder / "m.py").write_text(module)
+    return folder
+
+
 def test_the_signature_check_sees_a_long_one(tmp_path: Path):
-    pkg = tmp_path / "pkg"
-    pkg.mkdir()
-    (pkg / "m.py").write_text(
-        "class A:\n    def ok(self, a, b, c, d, e, f, g):\n        pass\n\n"
-        "def long(a, b, c, d, e, f, g, *rest):\n    pass\n"
-    )
-    assert long_signatures(pkg) == {"pkg.m:5:long": 8}
+    module = "class A:\n    def ok(self, a, b, c, d, e, f, g):\n        pass\n\n"
+    module += "def long(a, b, c, d, e, f, g, *rest):\n    pass\n"
+    assert long_signatures(_package(tmp_path / "pkg", module)) == {"pkg.m:5:long": 8}
 
 
 def test_mypy_checks_every_test_module_as_a_test():
@@ -264,13 +267,9 @@ def test_no_module_level_mutable_state_in_the_judge():
 
 
 def test_the_state_check_sees_each_kind(tmp_path: Path):
-    pkg = tmp_path / "judge"
-    pkg.mkdir()
-    (pkg / "m.py").write_text(
-        "import threading\nTABLE = {1: 2}\n_live = {}\nSTOP = threading.Event()\nSEEN = []\n"
-        "def f(x):\n    global n\n    SEEN.append(x)\n    TABLE[x] = 1\n"
-    )
-    assert module_state(pkg) == [
+    module = "import threading\nTABLE = {1: 2}\n_live = {}\nSTOP = threading.Event()\nSEEN = []\n"
+    module += "def f(x):\n    global n\n    SEEN.append(x)\n    TABLE[x] = 1\n"
+    assert module_state(_package(tmp_path / "judge", module)) == [
         "judge/m.py:3: _live", "judge/m.py:4: STOP", "judge/m.py:7: global n",
         "judge/m.py:8: SEEN changed", "judge/m.py:9: TABLE changed",
     ]  # fmt: skip
