@@ -152,11 +152,40 @@ WORDS = 1 << 15  # 256 KiB of words a chunk: the chunk, its weights and the prod
 _WEIGHTS = np.random.default_rng(secrets.randbits(128)).integers(0, 1 << 63, WORDS, dtype=np.uint64) * 2 + 1
 
 
-def rounding_floor(input_peak: float, read: int, written: int, dtype: np.dtype[Any]) -> float:
+def rounding_floor(
+    input_peak: float, read: int, written: int, dtype: np.dtype[Any], run: int = 1, output_peak: float = 0.0
+) -> float:
     """The largest error that is only rounding (`differential.rounding_floor` says why): one ulp of
-    the largest input, times the input elements over the output elements a call reads and writes."""
-    ulp = input_peak * float(np.finfo(dtype).eps)
-    return ulp * max(1.0, read / written) if written else ulp
+    the largest input, times the input elements over the output elements a call reads and writes.
+
+    A `run` of equal input values is added up rounding the same way at every step, so along it the
+    errors do not cancel: an accumulation can be off by up to one ulp of its partial sums (at most
+    the `output_peak`) per value of the run that lands in it. A drawn row of 8,199 positive values,
+    most of them one value, summed to 374 sequentially and 0.0206 away in 16 lanes, 48 times the
+    input-based floor."""
+    eps = float(np.finfo(dtype).eps)
+    terms = max(1.0, read / written) if written else 1.0
+    coherent = output_peak * eps * min(float(run), terms) if run > 1 else 0.0
+    return max(input_peak * eps * terms, coherent)
+
+
+def peak(x: np.ndarray) -> float:
+    """The largest finite magnitude of an array (0 when it holds none)."""
+    finite = np.isfinite(x)
+    return float(np.abs(x[finite]).max()) if finite.any() else 0.0
+
+
+def equal_run(x: np.ndarray) -> int:
+    """The longest run of consecutive equal, finite, nonzero values of a floating array (in memory
+    order; 1 for none, 0 for an empty one)."""
+    flat = np.ascontiguousarray(x).reshape(-1)
+    if x.dtype.kind != "f" or flat.size < 2:
+        return int(flat.size > 0)
+    same = (flat[1:] == flat[:-1]) & np.isfinite(flat[1:]) & (flat[1:] != 0)
+    if not same.any():
+        return 1
+    edges = np.flatnonzero(np.diff(np.concatenate(([0], same.view(np.int8), [0]))))
+    return int((edges[1::2] - edges[::2]).max()) + 1
 
 
 def mismatch(got: np.ndarray, want: np.ndarray, rtol: float = DEFAULT_RTOL, atol: float = 0.0) -> str:

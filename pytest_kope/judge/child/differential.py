@@ -209,7 +209,7 @@ def compare(
                 entry.get("own_error", 0.0)
             )  # relaxed only by the committed kernel's own error
             for name, w in want.items():
-                floor = rounding_floor(entry, w.dtype) if w.dtype.kind == "f" else 0.0
+                floor = rounding_floor(entry, w.dtype, arrays.peak(w)) if w.dtype.kind == "f" else 0.0
                 why = arrays.mismatch(got[name], w, bar, floor) if name in got else "missing"
                 if why:
                     run = (
@@ -221,7 +221,7 @@ def compare(
     return []
 
 
-def rounding_floor(entry: Mapping[str, Any], dtype: np.dtype[Any]) -> float:
+def rounding_floor(entry: Mapping[str, Any], dtype: np.dtype[Any], output_peak: float = 0.0) -> float:
     """The largest error that is only rounding, for a call's outputs of `dtype`: the float resolution
     of its largest input, times how many input elements each output element can sum (input over
     output elements: 1 for elementwise, the row length for a row sum).
@@ -234,7 +234,8 @@ def rounding_floor(entry: Mapping[str, Any], dtype: np.dtype[Any]) -> float:
     The bound for any summation order grows with the count of terms, not its square root."""
     read = sum(math.prod(shape) for shape, kind in entry.get("inputs", {}).values() if kind[1:2] in "fc")
     written = sum(math.prod(shape) for shape, _ in entry.get("outputs", {}).values())
-    return arrays.rounding_floor(float(entry.get("input_peak", 0.0)), read, written, dtype)
+    peak, run = float(entry.get("input_peak", 0.0)), int(entry.get("equal_run", 1))
+    return arrays.rounding_floor(peak, read, written, dtype, run, output_peak)
 
 
 def _where(entry: dict[str, Any]) -> str:

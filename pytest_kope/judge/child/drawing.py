@@ -201,6 +201,7 @@ def _entry(
         "kinds": {str(i): k for i, k in p.kinds.items()},
         "repeats": 1,
         "input_peak": drawn.peak,
+        "equal_run": max((arrays.equal_run(x) for x in drawn.inputs.values()), default=1),
         "concurrent": False,
         "grad_mode": mode,
         "choices": drawn.choices,
@@ -250,7 +251,12 @@ def shrink(
             assert got is not None  # an array argument
             # the floor the differential check forgave when it found this call: a smaller input must
             # differ beyond rounding too, or the shrink ends on a call only rounding tells apart
-            floor = arrays.rounding_floor(drawn.peak, read, written, w.dtype) if w.dtype.kind == "f" else 0.0
+            run = max((arrays.equal_run(x) for x in drawn.inputs.values()), default=1)
+            floor = (
+                arrays.rounding_floor(drawn.peak, read, written, w.dtype, run, arrays.peak(w))
+                if w.dtype.kind == "f"
+                else 0.0
+            )
             why = arrays.mismatch(got, w, rtol + float(entry.get("own_error", 0.0)), floor)
             if why:
                 smallest.append(f"{p.function}({drawn.summary}): output #{i}: {why}")

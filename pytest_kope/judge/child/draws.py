@@ -244,7 +244,7 @@ def strategy(p: Plan) -> Any:
         summary = ", ".join(f"#{j}={scalars[j]}" for j in p.sizes)
         summary += "".join(f", #{j}={scalars[j]:.4g}" for j in p.ranges)
         summary += "".join(f"; input #{i}: {_say(b, looks[i], inputs[i])}" for i, b in p.buffers.items())
-        peak = max((_finite_peak(x) for x in inputs.values()), default=0.0)
+        peak = max((arrays.peak(x) for x in inputs.values()), default=0.0)
         return Drawn(scalars, inputs, pick.taken, summary, peak)
 
     return calls()
@@ -348,11 +348,6 @@ def _say(b: Buffer, look: dict[str, Any], x: np.ndarray) -> str:
     said += "".join(f", x[{w % x.size}] = {v:g}" for v, w in look["specials"])
     kind = look.get("structure", structure.NONE)
     return said + (f", {kind}" if kind != structure.NONE else "")
-
-
-def _finite_peak(x: np.ndarray) -> float:
-    finite = x[np.isfinite(x)]
-    return float(np.abs(finite).max()) if finite.size else 0.0
 
 
 def call_arguments(p: Plan, fn: KernelFunction, drawn: Drawn) -> tuple[Any, ...]:

@@ -191,6 +191,7 @@ def _entry(call: Recorded, variant: Variant) -> tuple[dict[str, Any], dict[int, 
         "kinds": {str(i): k for i, k in call.kinds.items()},
         "repeats": RACE_REPEATS if key.endswith("-0") else 1,
         "input_peak": _peak(inputs.values()),
+        "equal_run": max((arrays.equal_run(x) for x in inputs.values()), default=1),
         "concurrent": key.endswith("-0") and _reentrant(call, inputs, outputs),
         "own_error": own or 0.0,
         **({"refill": step} if step is not None else {}),
@@ -217,22 +218,16 @@ def _finite(outputs: dict[int, np.ndarray]) -> bool:
     return all(np.isfinite(o).all() for o in outputs.values() if o.dtype.kind == "f")
 
 
-def _magnitude(x: np.ndarray) -> float:
-    """The largest finite magnitude of a floating array (0 when it holds none)."""
-    finite = np.isfinite(x)
-    return float(np.abs(x[finite]).max()) if finite.any() else 0.0
-
-
 def _peak(arrays_in: Any) -> float:
     """The largest finite magnitude among a call's floating inputs (0 when there is none)."""
-    return max((_magnitude(x) for x in arrays_in if x.dtype.kind == "f"), default=0.0)
+    return max((arrays.peak(x) for x in arrays_in if x.dtype.kind == "f"), default=0.0)
 
 
 def _transform(x: np.ndarray, factor: float, offset: float) -> np.ndarray:
     if x.dtype.kind != "f" or (factor == 1.0 and offset == 0.0):
         same: np.ndarray = x.copy()
         return same
-    return arrays.scaled(x, factor, offset * (_magnitude(x) or 1.0))
+    return arrays.scaled(x, factor, offset * (arrays.peak(x) or 1.0))
 
 
 def _values(
