@@ -152,7 +152,8 @@ def _lanes(x: np.ndarray, lanes: int = 16) -> np.ndarray:
     """A vectorized row sum: `lanes` partial sums a row, then their sum (the tail added last)."""
     whole = x.shape[1] // lanes * lanes
     partial = x[:, :whole].reshape(x.shape[0], -1, lanes).sum(axis=1, dtype=np.float32)
-    return partial.sum(axis=1, dtype=np.float32) + x[:, whole:].sum(axis=1, dtype=np.float32)
+    summed: np.ndarray = partial.sum(axis=1, dtype=np.float32) + x[:, whole:].sum(axis=1, dtype=np.float32)
+    return summed
 
 
 def test_a_run_of_one_value_rounds_the_same_way_at_every_step_and_the_floor_grows_with_it():
