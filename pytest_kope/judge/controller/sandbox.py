@@ -52,8 +52,8 @@ class Limits:
 
 class Children:
     """The children a run started and has not killed yet: what an interruption kills. The run owns
-    one (`KopeSession`) and its plans carry it to every place that starts a child. A copy never
-    travels: a Ray task gets an empty one, since the children it starts are its node's."""
+    one (`Interruption.children`) and its plans carry it to every place that starts a child. A copy
+    never travels: a Ray task gets an empty one, since the children it starts are its node's."""
 
     def __init__(self) -> None:
         self.live: dict[int, Started] = {}  # by id() of the process
