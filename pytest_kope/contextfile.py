@@ -20,7 +20,7 @@ import io
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -28,7 +28,11 @@ from .agents.llm.calls import RECALL_TOKENS
 from .memory import recall_from
 
 if TYPE_CHECKING:
-    from .settings import Settings
+    from .agents.base import Context
+    from .agents.llm.fit import Counter, Window
+    from .memory.recall import Recall
+    from .operator import Operator
+    from .settings import LlmSettings, Settings
 
 USAGE = "kope context OPERATOR [--agent claude|openai:MODEL] [--context N] [--repo DIR] [pytest args]"
 
@@ -92,7 +96,7 @@ class Finder:
         except KopeError as e:
             self.error = str(e)
 
-    def _prompt(self, config: pytest.Config, mine: list[tuple[pytest.Item, Any]]) -> str:
+    def _prompt(self, config: pytest.Config, mine: list[tuple[pytest.Item, Operator]]) -> str:
         from .agents.base import Context
         from .agents.llm.fit import Counter, Window
         from .agents.llm.opening import Asked, fitted
@@ -111,14 +115,14 @@ class Finder:
         ctx = Context(info, hw, base, base, [base], s.budget, recall=lambda **kw: None, seen=lambda h: False)
         kind, _, model = self.agent.partition(":")
         window, counter = Window(None, llm.output), Counter()
-        plain = self._server(config, kind, model, window, counter, ctx, llm)
+        plain = self._server(kind, model, window, counter, ctx, llm)
         asked = Asked(ctx, first_round(s), self._recall(ctx), plain=plain)
         made = fitted(asked, counter, window, RECALL_TOKENS)
         head = {"operator": op.name, "round": 1, "agent": kind, "provider": PROVIDERS.get(kind, kind)}
         return text({**head, "model": model or _default_model(kind), "plain": plain, **made})
 
     def _server(
-        self, config: pytest.Config, kind: str, model: str, window: Any, counter: Any, ctx: Any, llm: Any
+        self, kind: str, model: str, window: Window, counter: Counter, ctx: Context, llm: LlmSettings
     ) -> bool:
         """The context the run would fit to, as the run learns it (the setting, else the server's
         own word, asked as a run asks); whether the run would start on the plain-text protocol."""
@@ -129,9 +133,7 @@ class Finder:
         if given:
             window.learn(given, "--context" if self.context else "kope_llm_context")
             return False
-        key, url = openai_endpoint(
-            config.getini("kope_openai_key_env"), config.getini("kope_openai_base_url")
-        )
+        key, url = openai_endpoint(llm.openai_key_env, llm.openai_base_url)
         if kind != "openai" or not url:
             return False
         provider = OpenAIProvider(model or "?", key, url, timeout=30)
@@ -145,7 +147,7 @@ class Finder:
             counter.learn(len(sample), found.sample_tokens, "the server's tokenizer")
         return found.tools is False
 
-    def _recall(self, ctx: Any) -> Any:
+    def _recall(self, ctx: Context) -> Recall | None:
         """What the agent's first recall finds (the session's recaller, without marking lessons used)."""
         from .agents.llm.prompt import recall_state
         from .memory import Graph

@@ -31,6 +31,7 @@ DEFAULTS: dict[str, Any] = {
     "kope_timeout": 120.0,
     "kope_concurrency": 1,
     "kope_timing_seconds": 3.0,
+    "kope_explore": 0.1,
 }
 
 
@@ -80,6 +81,7 @@ class Settings:
     operators: tuple[str, ...] = ()  # --kope-operator: only these operators; () for all collected
     no_wait: bool = False  # --kope-no-wait: refuse, not wait, when another run holds the repo
     timing_s: float = DEFAULTS["kope_timing_seconds"]  # the most one paired timing runs (child/bench.py)
+    explore: float = DEFAULTS["kope_explore"]  # the least share of the tuner's proposals that explore
     # the benches' switches (no option): paired rounds stop once decided (else run to the cap), and a
     # fork server runs a perf test's body once for the children it forks
     sequential: bool = True
@@ -120,6 +122,7 @@ class Settings:
             operators=tuple(config.getoption("kope_operator", None) or ()),
             no_wait=bool(config.getoption("kope_no_wait", False)),
             timing_s=float(setting(config, "kope_timing_seconds")),
+            explore=_share(setting(config, "kope_explore"), "--kope-explore"),
         )
         if s.budget < 1:
             raise ConfigError(f"--kope-budget must be at least 1, got {s.budget}")
@@ -154,28 +157,49 @@ class Settings:
             raise ConfigError(f"--kope-devices takes device indices like 0,1; got {self.devices!r}") from None
 
 
+def _share(value: Any, option: str) -> float:
+    """`value` as a share between 0 and 1, else a usage error naming `option`."""
+    try:
+        share = float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{option} takes a share between 0 and 1, got {value!r}") from None
+    if not 0.0 <= share <= 1.0:
+        raise ConfigError(f"{option} takes a share between 0 and 1, got {share:g}")
+    return share
+
+
 @dataclass(frozen=True)
 class LlmSettings:
-    """The LLM agent's limits on one request, read and checked once (`from_config`): a self-hosted
-    server reads a long prompt for minutes and has a small context, so both are the user's to set."""
+    """The LLM agent's settings, read and checked once (`from_config`): which model, where its server
+    is, and the limits on one request (a self-hosted server reads a long prompt for minutes and has a
+    small context, so both are the user's to set)."""
 
     timeout: float = 300.0  # seconds one request may take, whole (--kope-llm-timeout)
     output: int = 8_192  # output tokens asked for at most, fitted to the context (--kope-llm-output)
     context: int | None = None  # the model's context in tokens; None: ask the server (--kope-llm-context)
+    model: str = ""  # --kope-model, else $KOPE_MODEL; "": the agent's default
+    max_tokens: int | None = None  # LLM tokens each operator may use (--kope-max-tokens); None: no limit
+    openai_key_env: str = ""  # ini kope_openai_key_env: the variable that holds the key
+    openai_base_url: str = ""  # ini kope_openai_base_url: a URL, or the variable that holds one
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> LlmSettings:
         given = {name: setting(config, f"kope_llm_{name}", None) for name in ("timeout", "output", "context")}
+        given["max_tokens"] = setting(config, "kope_max_tokens", None)
         try:
             s = cls(
                 timeout=float(given["timeout"] or cls.timeout),
                 output=int(given["output"] or cls.output),
                 context=int(given["context"]) if given["context"] else None,
+                model=str(setting(config, "kope_model") or os.environ.get("KOPE_MODEL") or ""),
+                max_tokens=int(given["max_tokens"]) if given["max_tokens"] else None,
+                openai_key_env=str(setting(config, "kope_openai_key_env", "")),
+                openai_base_url=str(setting(config, "kope_openai_base_url", "")),
             )
         except (TypeError, ValueError):
             raise ConfigError(
-                "--kope-llm-timeout takes seconds, --kope-llm-output and --kope-llm-context whole numbers"
-                f" of tokens; got {', '.join(f'{k}={v!r}' for k, v in given.items() if v is not None)}"
+                "--kope-llm-timeout takes seconds, --kope-llm-output, --kope-llm-context and"
+                " --kope-max-tokens whole numbers of tokens; got {', '.join(f'{k}={v!r}' for k, v in given.items() if v is not None)}"
             ) from None
         if s.timeout <= 0 or s.output < 64 or (s.context is not None and s.context < 512):
             raise ConfigError(

@@ -62,13 +62,25 @@ def test_missing_source_is_a_one_line_usage_error(pytester: pytest.Pytester) -> 
     result.stderr.fnmatch_lines(["*kernel source */scale.c of operator 'scale' does not exist; fix source=*"])
 
 
-@pytest.mark.parametrize("given", ["0", "nope"])
-def test_a_timing_window_out_of_range_is_a_one_line_usage_error(
-    pytester: pytest.Pytester, op_repo, given
+@pytest.mark.parametrize(
+    "option, given",
+    [("--kope-timing-seconds", "0"), ("--kope-timing-seconds", "nope"), ("--kope-explore", "1.5")],
+)
+def test_a_setting_out_of_range_is_a_one_line_usage_error(
+    pytester: pytest.Pytester, op_repo, option: str, given: str
 ) -> None:
-    result = pytester.runpytest("--kope-optimize", "--kope-timing-seconds", given, "-p", "no:cacheprovider")
+    result = pytester.runpytest("--kope-optimize", option, given, "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--kope-timing-seconds*"])
+    result.stderr.fnmatch_lines([f"*{option}*"])
+
+
+def test_a_share_in_the_ini_file_that_is_no_number_is_a_usage_error(pytester: pytest.Pytester, op_repo) -> None:
+    """An ini value is text: `Settings.from_config` reads it and names the option, once."""
+    ini = pytester.path / "pytest.ini"
+    ini.write_text(ini.read_text() + "kope_explore = lots\n")
+    result = pytester.runpytest("--kope-optimize", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--kope-explore takes a share between 0 and 1, got 'lots'*"])
 
 
 def test_selection_with_k_and_x(pytester: pytest.Pytester, op_repo) -> None:

@@ -243,7 +243,7 @@ class OperatorLoop:
         # An LLM's candidate may declare its own knobs: a tuner sweeps them within the same budget.
         sweeper = None
         if not agent.tunes_spaces:
-            sweeper = Tuner(seed=s.config.stash[SEED], explore_rate=s.explore_rate)
+            sweeper = Tuner(seed=s.config.stash[SEED], explore_rate=s.settings.explore)
         agents = [a for a in (agent, sweeper) if a is not None]
         stalls = proposed = 0
         while room := p.rule.room(s.batch()):

@@ -53,7 +53,6 @@ class Run:
     no_commit_why: str  # why winners are not committed here ("" when they are)
     publisher: Publisher
     agent: Agent
-    explore_rate: float
     concurrency: Concurrency  # the executor, shared timing slots, infrastructure faults
     ceilings: CeilingProbe  # this machine's measured ceilings, probed once a run
     children: Children  # every child the run started and has not killed: what an interruption kills

@@ -18,7 +18,6 @@ from typing import Any
 
 import pytest
 
-from ..agents import explore_rate
 from ..agents.base import declared
 from ..errors import ConfigError, Interrupted, KopeError
 from ..hardware import label
@@ -68,7 +67,6 @@ class KopeSession:
     def pytest_configure(self, config: pytest.Config) -> None:
         name = self.settings.agent
         with border():
-            self.explore_rate = explore_rate(config)
             made = config.hook.pytest_kope_make_agent(name=name, config=config)
             if made is None:
                 raise ConfigError(
@@ -331,7 +329,6 @@ class KopeSession:
             no_commit_why=no_commit_why,
             publisher=publisher,
             agent=self.agent,
-            explore_rate=self.explore_rate,
             concurrency=self.concurrency,
             ceilings=CeilingProbe(graph, base / "builds", self.say),
             children=self.interruption.children,
@@ -387,7 +384,7 @@ class KopeSession:
             "agent": s.agent,
             "budget": s.budget,
             "patience": s.patience,
-            "explore_rate": run.explore_rate,
+            "explore_rate": run.settings.explore,
             "time_budget_minutes": run.clock.minutes,
             "seconds": round(run.clock.now() - run.clock.start, 1),
             "availability": self.availability,

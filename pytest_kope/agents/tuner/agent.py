@@ -43,6 +43,7 @@ from ...judge.outcome import Judged, Outcome
 from ...memory.effects import AdditiveModel, Observation, value_key
 from ...memory.points import PastPoint
 from ...memory.transfer import fit_source, graph_prior, losers, measure_agreement
+from ...settings import DEFAULTS
 from ...spec import Point, Scalar, TuningSpace, parse_spec
 from ..base import AgentBase, Context
 from . import exploration as ex
@@ -50,7 +51,7 @@ from . import state as st
 
 FAILED_DROP = 1.0  # a broken point counts as this much log speedup below the worst correct one seen
 POOL = 4000  # points scored per round when the space is larger than this
-EXPLORE_RATE = 0.1
+EXPLORE_RATE = DEFAULTS["kope_explore"]
 OPERATOR_WEIGHT = {"operator": 1.0, "family": 0.5, "other": 0.25}  # how a source relates to this task
 HARDWARE_WEIGHT = {"hardware": 1.0, "arch": 0.5, "other": 0.25}
 THOMPSON_SCALE = 0.25  # posterior draws shrunk towards the mean: explore less than full Thompson
