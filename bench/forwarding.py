@@ -71,7 +71,7 @@ def measure(op_name: str, calls: int, build: Path) -> list[dict[str, Any]]:
     interface = op.build_context(op.spec)
     local = tc.build(candidate, interface, build).functions[op_name].raw
     started = time.perf_counter()
-    served: Any = hosting.serve(tc, candidate, interface, build, op).functions[op_name].raw
+    served: Any = hosting.serve(tc, candidate, interface, build).functions[op_name].raw
     start_ms = (time.perf_counter() - started) * 1e3
     rng = np.random.default_rng(0)
     rows = []

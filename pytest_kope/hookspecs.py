@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     import pytest
 
     from .agents.base import Agent
+    from .judge.outcome import Judged
     from .toolchains.base import Toolchain
 
 hookspec = pluggy.HookspecMarker("pytest")
@@ -60,7 +61,7 @@ def pytest_kope_make_agent(name: str, config: pytest.Config) -> Agent | None:
 
 
 @hookspec
-def pytest_kope_candidate_judged(operator: str, result: Any, config: pytest.Config) -> None:
+def pytest_kope_candidate_judged(operator: str, result: Judged, config: pytest.Config) -> None:
     """Called in the controlling process after each candidate is judged (`result` is a `Judged`).
 
     Example: stream results to a dashboard::

@@ -80,7 +80,7 @@ def build(tmp_path: Path, text: str, served: bool):
         return tc.build(cand, parse_spec(text), tmp_path)
     from pytest_kope.judge.kernel import hosting
 
-    return hosting.serve(tc, cand, parse_spec(text), tmp_path, None)
+    return hosting.serve(tc, cand, parse_spec(text), tmp_path)
 
 
 def call(kernel, n: int):

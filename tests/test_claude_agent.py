@@ -33,6 +33,7 @@ from pytest_kope.candidate import Candidate
 from pytest_kope.errors import ConfigError
 from pytest_kope.judge.controller import sandbox
 from pytest_kope.judge.outcome import Judged, Outcome, Timing
+from pytest_kope.memory import recall
 from pytest_kope.spec import parse_spec
 from pytest_kope.toolchains.c import CToolchain
 
@@ -55,11 +56,13 @@ FENCE = re.compile(r'<untrusted-output source="([^"]*)">\s(.*?)\s*</untrusted-ou
 
 
 @dataclass
-class Recall:
-    text: str
+class Recall(recall.Recall):
+    """A real recall result whose text is given: it ignores the budget, so the agent must bound it."""
+
+    text: str = ""
 
     def render(self, max_tokens: int) -> str:
-        return self.text  # deliberately ignores the budget: the agent must bound it anyway
+        return self.text
 
 
 @dataclass
@@ -71,7 +74,7 @@ class Memory:
 
     def __call__(self, state: str, budget: int) -> Recall:
         self.asked.append((state, budget))
-        return Recall(self.text)
+        return Recall(text=self.text)
 
 
 def make_ctx(memory: Memory | None = None, seen: frozenset[str] = frozenset()) -> Context:

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from pytest_kope.judge.controller.executors import NodeReservation, Ran, collect, moved, shipped_env
+from pytest_kope.judge.controller.executors import collect, moved, shipped_env
+from pytest_kope.judge.controller.plan import NodeReservation, Ran
 from pytest_kope.judge.controller.sandbox import Finished
 from pytest_kope.scheduler import OneAtATime, each
 
@@ -60,7 +61,6 @@ def test_shipped_environment_is_the_judgement_settings_only() -> None:
 def test_the_toolchain_environment_travels_less_the_nodes_own() -> None:
     """The toolchain's settings (its passed_env() and environment()) reach the worker in the plan; its
     toolkit paths and devices are the worker's own, never the controller's."""
-    from types import SimpleNamespace
 
     from pytest_kope.judge.controller.executors import for_worker, node_env
     from pytest_kope.judge.controller.plan import Plan
@@ -84,7 +84,7 @@ def test_the_toolchain_environment_travels_less_the_nodes_own() -> None:
         toolchain_env=toolchain_env,
         device_env_var="ASCEND_RT_VISIBLE_DEVICES",
     )
-    plan = dataclasses.replace(plan, node=SimpleNamespace())
+    plan = dataclasses.replace(plan, node=NodeReservation())
     assert for_worker(plan).toolchain_env == {
         "KOPE_C_SCREEN_BINARY": "0",
         "SOC_VERSION": "Ascend910B",

@@ -12,6 +12,7 @@ from typing import Any, Protocol, runtime_checkable
 from ..candidate import Candidate
 from ..errors import ConfigError
 from ..judge.outcome import Judged
+from ..memory.recall import Recall
 from ..spec import TuningSpace
 from .tuner.exploration import Exploration
 
@@ -43,7 +44,7 @@ class Context:
     incumbent: Judged  # best verified so far (the baseline at first)
     history: list[Judged]  # everything judged for this operator in this run, in order
     budget_left: int  # evaluations left for this operator
-    recall: Callable[..., Any]  # recall(state=..., budget=...) -> memory.recall.Recall
+    recall: Callable[..., Recall | None]  # recall(state=..., budget=...)
     seen: Callable[[str], bool]  # is a candidate hash already in the graph for this task?
     # when this round's proposals must be in (time.monotonic()), so that what they propose can still
     # be judged and a winner verified within --kope-time-budget; None: no time budget

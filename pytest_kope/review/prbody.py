@@ -14,6 +14,7 @@ from typing import Any
 
 from tabulate import tabulate
 
+from ..judge.outcome import Judged
 from .report import lineage, seconds
 
 
@@ -31,9 +32,9 @@ class Evidence:
     seed: int
     hardware: dict[str, Any]
     hardware_name: str
-    winner: Any  # Judged: the verification's verdict against the committed kernel
-    baseline: Any  # Judged
-    history: list[Any]
+    winner: Judged  # the verification's verdict against the committed kernel
+    baseline: Judged
+    history: list[Judged]
     lessons: list[dict[str, Any]] = field(default_factory=list)
     build: str = ""  # the build command line, or the flags
     flags_in_source: list[str] = field(default_factory=list)  # own builds: "flag: its source form"

@@ -52,7 +52,7 @@ def bench_table(records: list[Any]) -> str:
     return tabulate(rows, headers=["test", "median", "IQR/2", "rounds", "calls/round", "GB/s"])
 
 
-def lineage(best: Any, history: list[Any]) -> list[Any]:
+def lineage(best: Judged, history: list[Judged]) -> list[Judged]:
     """`best` and its ancestors in `history`, oldest first (parents followed once each)."""
     by_hash = {j.candidate.hash: j for j in history}
     chain, seen = [best], {best.candidate.hash}

@@ -19,8 +19,7 @@ import pytest
 
 from ..agents.base import Agent, declared
 from ..errors import ConfigError, KopeError
-from ..judge.controller.executors import Executor, NodeReservation
-from ..judge.controller.plan import Plan
+from ..judge.controller.plan import Executor, NodeReservation, Plan
 from ..judge.outcome import Judged
 from ..scheduler import one_at_a_time
 from ..settings import Settings

@@ -135,8 +135,23 @@ class Toolchain(Protocol):
     def bake(self, text: str, params: Mapping[str, Scalar]) -> str:
         """The source with a winner's tuning values written in as its defaults (the committed file)."""
 
-    def served(self, candidate: Candidate, spec: KernelSpec, build_dir: Path, operator: Any) -> Served:
+    def served(self, candidate: Candidate, spec: KernelSpec, build_dir: Path) -> Served:
         """Build (or find built) what a kernel server loads, loading nothing here."""
+
+
+@runtime_checkable
+class BuildsAhead(Protocol):
+    """A toolchain that compiles apart from loading (c.py): a build step compiles a candidate into
+    the folder `build_key` names, so a judging child finds it built and loads it."""
+
+    def compile(self, candidate: Candidate, spec: KernelSpec, build_dir: Path) -> tuple[Path, str]:
+        """Build and screen the library without loading it: (library, build log)."""
+
+    def build_key(self, candidate: Candidate, spec: KernelSpec | None) -> str:
+        """The folder a build of `candidate` makes under its build dir: a hash of all it reads."""
+
+    def check_built(self, folder: Path) -> list[str]:
+        """Reasons to refuse a build step's output (`folder`) for the run's cache; empty: sound."""
 
 
 def judging_env(toolchain: Toolchain) -> dict[str, str]:
@@ -177,7 +192,7 @@ class ToolchainBase:
     def bake(self, text: str, params: Mapping[str, Scalar]) -> str:
         return bake_defaults(text, params)
 
-    def served(self, candidate: Candidate, spec: KernelSpec, build_dir: Path, operator: Any) -> Served:
+    def served(self, candidate: Candidate, spec: KernelSpec, build_dir: Path) -> Served:
         """By default the server makes this toolchain itself (its class, no arguments, imported from
         its module's file when no package holds it: a repo's conftest) and builds the candidate there,
         in its jail and under its filter: nothing is built or loaded here. The arguments' roles are

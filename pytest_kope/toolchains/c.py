@@ -136,7 +136,7 @@ class CToolchain(ToolchainBase):
             )
         return found
 
-    def served(self, candidate: Candidate, spec: KernelSpec, build_dir: Path, operator: Any) -> Served:
+    def served(self, candidate: Candidate, spec: KernelSpec, build_dir: Path) -> Served:
         """The library, built (or found in the build cache) here, loaded by the server with cffi."""
         lib, log = self.compile(candidate, spec, build_dir)
         args = self.kernel_args(spec, candidate.filename)

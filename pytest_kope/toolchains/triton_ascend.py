@@ -154,11 +154,11 @@ class TritonAscendToolchain(TritonToolchain):
                 kernel.extra["launches"] = gate.take
         return kernel
 
-    def served(self, candidate: Candidate, spec: KernelSpec, build_dir: Path, operator: Any) -> Served:
+    def served(self, candidate: Candidate, spec: KernelSpec, build_dir: Path) -> Served:
         """The server builds and serves the kernel as for `triton`; in the lowering-check mode it
         reports each new launch with the call's answer, and the host lowers it (`ascend_lowering`):
         the server's filter allows no process, and the compile needs two."""
-        served = super().served(candidate, spec, build_dir, operator)
+        served = super().served(candidate, spec, build_dir)
         if self.mode() != "interpreter+gate":
             return served
         params = {**spec.space.defaults, **candidate.params}

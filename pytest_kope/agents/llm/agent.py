@@ -27,6 +27,7 @@ from typing import Any
 
 from ...candidate import Candidate
 from ...judge.outcome import Judged
+from ...memory.recall import Recall
 from ...review.forge import redact
 from ..base import AgentBase, Context, LineSink, PromptSink, Sink
 from . import prompt
@@ -255,7 +256,7 @@ class LlmAgent(AgentBase):
             answers.append("(your reply was cut off at the output-token limit: send a shorter source)")
         return self.scrub("\n".join(answers))
 
-    def _found(self, ctx: Context, state: str, budget: int) -> Any:
+    def _found(self, ctx: Context, state: str, budget: int) -> Recall | None:
         try:
             return ctx.recall(state=state, budget=budget)
         except Exception as e:  # the graph is advice: a failing recall costs the advice, not the round
@@ -270,7 +271,7 @@ class LlmAgent(AgentBase):
     def scrub(self, text: str) -> str:
         return _KEY_LIKE.sub("***", redact(text, *self.provider.secrets))
 
-    def asked(self, ctx: Context, n: int, found: Any) -> Asked:
+    def asked(self, ctx: Context, n: int, found: Recall | None) -> Asked:
         """What a round's opening turn is made of: the context, this operator's last verdicts and a
         line for each earlier one."""
         op = ctx.operator.name
@@ -293,7 +294,7 @@ class Opening:
     context-length error (fitted to what the error said, else one step smaller) or for the plain
     protocol. Each version is recorded, a resend under its own name."""
 
-    def __init__(self, agent: LlmAgent, ctx: Context, n: int, found: Any):
+    def __init__(self, agent: LlmAgent, ctx: Context, n: int, found: Recall | None):
         self.agent, self.ctx, self.n, self.found = agent, ctx, n, found
         self.level = 0  # the first step of the size ladder to try
         self.sent = 0  # versions made (the second and later are resends)

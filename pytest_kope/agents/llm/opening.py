@@ -14,13 +14,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ...judge.outcome import Judged
-from ...memory.recall import CHARS_PER_TOKEN
+from ...memory.recall import CHARS_PER_TOKEN, Recall
 from ..base import Context
 from . import prompt, record
 from .fit import LADDER, MESSAGE_TOKENS, Counter, Sizes, Window
 
 
-def experience(found: Any, budget: int, shown: tuple[str, ...] = ()) -> str:
+def experience(found: Recall | None, budget: int, shown: tuple[str, ...] = ()) -> str:
     """Recalled experience as the prompt shows it: within its budget, fenced (lessons and attempts
     quote earlier candidates' failures and build logs), without a source the prompt already holds
     (`shown`: the committed kernel, the incumbent)."""
@@ -48,7 +48,7 @@ class Asked:
 
     ctx: Context
     n: int
-    found: Any
+    found: Recall | None
     last: list[Judged] = field(default_factory=list)
     earlier: list[str] = field(default_factory=list)
     plain: bool = False

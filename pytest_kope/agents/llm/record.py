@@ -15,11 +15,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ...memory.recall import exemplar_line, tokens
+from ...memory.recall import Recall, exemplar_line, tokens
 from .fit import CHARS_PER_TOKEN, Counter
 
 
-def explain(found: Any, budget: int, rendered: str) -> dict[str, Any]:
+def explain(found: Recall | None, budget: int, rendered: str) -> dict[str, Any]:
     """Why each item recall found is in the rendered experience block, or why it is not."""
     items: list[dict[str, Any]] = []
     for lesson in getattr(found, "lessons", []) or []:

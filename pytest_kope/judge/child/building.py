@@ -16,7 +16,7 @@ from ...operator import Operator
 from ...paths import kope_dir
 from ...spec import KernelSpec, parse_spec
 from ...toolchains import toolchain_of
-from ...toolchains.base import Kernel, Toolchain
+from ...toolchains.base import BuildsAhead, Kernel, Toolchain
 from ..kernel import hosting
 from . import state
 
@@ -49,8 +49,7 @@ def build_dir_for(config: pytest.Config, tc: Toolchain, candidate: Candidate, in
     """The run's read-only build cache (`KOPE_BUILD_CACHE`) when it holds this candidate, else
     `KOPE_BUILD_DIR`, else `.kope/builds`: a judging child builds only what the cache lacks, privately."""
     cache = os.environ.get("KOPE_BUILD_CACHE")
-    key_of = getattr(tc, "build_key", None)
-    if cache and key_of is not None and (Path(cache) / key_of(candidate, interface)).is_dir():
+    if cache and isinstance(tc, BuildsAhead) and (Path(cache) / tc.build_key(candidate, interface)).is_dir():
         return Path(cache)
     if os.environ.get("KOPE_BUILD_DIR"):
         return Path(os.environ["KOPE_BUILD_DIR"])
@@ -77,7 +76,7 @@ def build_cached(config: pytest.Config, op: Operator, candidate: Candidate) -> K
         interface = interface_of(op, candidate)
         build_dir = build_dir_for(config, tc, candidate, interface)
         if hosting.wanted():  # a judging process: the kernel is served by a process of its own
-            kernel = hosting.serve(tc, candidate, interface, build_dir, op)
+            kernel = hosting.serve(tc, candidate, interface, build_dir)
         else:
             kernel = tc.build(candidate, interface, build_dir)
     except KopeError as e:  # a build error or a bad header: remembered, so every test of it fails alike

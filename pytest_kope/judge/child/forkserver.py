@@ -30,16 +30,19 @@ import tempfile
 import time
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from ...candidate import Candidate
-from ...errors import KopeError
+from ...errors import ConfigError, KopeError
 from ...settings import SEED
 from ..protocol import sign
 from ..request import JudgeRequest
 from . import perfinputs
+
+if TYPE_CHECKING:
+    from ...toolchains.base import BuildsAhead
 
 CANDIDATE_SLOT = "kope-candidate"  # the placeholder a judgement binds its candidate into
 PR_SET_DUMPABLE = 4
@@ -224,6 +227,7 @@ def bind(items: list[pytest.Item], candidate: Candidate, seeds: list[int], defau
 def build(session: pytest.Session, request: dict[str, Any]) -> int:
     """Compile and screen a candidate into `builds/` here; load nothing. Reports `built` or `build_failed`."""
     from ...toolchains import toolchain_of
+    from ...toolchains.base import BuildsAhead
     from .building import build_failure, interface_of
 
     asked = JudgeRequest.from_json(request["spec"])
@@ -231,9 +235,10 @@ def build(session: pytest.Session, request: dict[str, Any]) -> int:
     key = bytes.fromhex(request["key"])
     with open(asked.results, "a") as out:
         try:
-            tc: Any = toolchain_of(session.config, candidate.toolchain)  # one that builds ahead (c.py)
-            interface = interface_of(op, candidate)
-            _, log = tc.compile(candidate, interface, Path.cwd() / "builds")
+            tc = toolchain_of(session.config, candidate.toolchain)
+            if not isinstance(tc, BuildsAhead):
+                raise ConfigError(f"toolchain {tc.name} builds as it loads: no build step ahead")
+            _, log = tc.compile(candidate, interface_of(op, candidate), Path.cwd() / "builds")
             event = {"event": "built", "candidate": candidate.hash, "log": log[-4000:]}
         except KopeError as e:
             kind, message = build_failure(op, candidate, e)
@@ -243,16 +248,19 @@ def build(session: pytest.Session, request: dict[str, Any]) -> int:
     return 0
 
 
-def _build_key(session: pytest.Session, request: dict[str, Any]) -> tuple[Any, str] | None:
+def _build_key(session: pytest.Session, request: dict[str, Any]) -> tuple[BuildsAhead, str] | None:
     """(toolchain, the cache key) a build step's output must have, decided here, before the fork; None
     when the header does not parse (the step reports why)."""
     from ...toolchains import toolchain_of
+    from ...toolchains.base import BuildsAhead
     from .building import interface_of
 
     asked = JudgeRequest.from_json(request["spec"])
     op, candidate = asked.operator, asked.candidate
     try:
-        tc: Any = toolchain_of(session.config, candidate.toolchain)  # one that builds ahead (c.py)
+        tc = toolchain_of(session.config, candidate.toolchain)
+        if not isinstance(tc, BuildsAhead):
+            return None
         return tc, tc.build_key(candidate, interface_of(op, candidate))
     except KopeError:
         return None
@@ -263,6 +271,7 @@ def _warm(session: pytest.Session) -> None:
     kernels' cache keys) once, here; nothing is built or loaded."""
     from ...operator import operator_of
     from ...toolchains import toolchain_of
+    from ...toolchains.base import BuildsAhead
     from .building import interface_of
 
     try:  # cffi's first cdef imports pycparser and builds its tables: tens of ms in every child
@@ -284,9 +293,8 @@ def _warm(session: pytest.Session) -> None:
     for op in ops.values():
         try:
             tc = toolchain_of(session.config, op.toolchain)
-            key_of = getattr(tc, "build_key", None)
-            if key_of is not None:
-                key_of(op.baseline(), interface_of(op, op.baseline()))
+            if isinstance(tc, BuildsAhead):
+                tc.build_key(op.baseline(), interface_of(op, op.baseline()))
         except Exception:  # noqa: BLE001 - only a head start: a child meets the same error and reports it
             pass
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -22,6 +22,9 @@ from ..protocol import read_key, sign
 from ..request import JudgeRequest
 from . import guards, state
 from .guards import GuardedKernel
+
+if TYPE_CHECKING:
+    from .recorder import Recorder
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -46,7 +49,7 @@ class Child:
         self.record = Path(request.record) if request.record else None
         self.replay = Path(request.replay) if request.replay else None
         self.rtol = float(DEFAULT_RTOL if request.rtol is None else request.rtol)  # 0: exact
-        self.recorder: Any = None
+        self.recorder: Recorder | None = None
         self.tests_s = 0.0  # in correctness test bodies, outside guarded calls: the tests' own code
         switches = request.guard_switches()
         if switches["record"]:

@@ -8,8 +8,9 @@ verdict exactly as for a local child, so a worker decides nothing and writes nei
 
 The local executor needs no object here: `Plan.executor` is None and `Launcher` judges in children of
 this process (fork servers or fresh). `ray_executor.py` is the other executor; this module holds what
-is not Ray's: the job a worker gets, what it sends back, the worker's side (`judge_on_this_node`,
-plain Python, run inside a Ray task) and the node reservation for operators judged concurrently here.
+is not Ray's: the job a worker gets, what it sends back, and the worker's side (`judge_on_this_node`,
+plain Python, run inside a Ray task). The seam's types (`Executor`, `Ran`) are in plan.py, beside the `Plan`
+that holds the executor.
 """
 
 from __future__ import annotations
@@ -18,16 +19,15 @@ import os
 import shutil
 import socket
 import tempfile
-import threading
 import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from ..request import JudgeRequest
 from . import environments
+from .plan import Ran
 from .sandbox import HOST_ENV, KEEP, Finished
 
 if TYPE_CHECKING:
@@ -58,31 +58,6 @@ SHIPPED_ENV = tuple(name for name in KEEP if name not in NODE_OWN)
 SENT_BACK = ("results.jsonl", "child.log", "replayed", "recorded")
 
 
-class Executor(Protocol):
-    """Runs one judging child somewhere and returns what it wrote."""
-
-    name: str
-
-    def judge(self, plan: Plan, spec: JudgeRequest, key: bytes, work: Path, timing: bool) -> Ran:
-        """Run the child `spec` asks for (paths in it are under `work` on this machine); raises
-        `InfrastructureFault` when the machinery, not the child, failed."""
-        ...
-
-    def cpus(self) -> int:
-        """The cores its workers have between them (the run's correctness workers)."""
-        ...
-
-    def describe(self) -> str:
-        """One line for the run's header: where children run."""
-        ...
-
-    def require(self, plan: Plan) -> None:
-        """Refuse (`ConfigError`) an operator this executor can never judge."""
-        ...
-
-    def close(self) -> None: ...
-
-
 @dataclass
 class Job:
     """One judgement as a worker receives it (pickled): the plan without this process's objects, the
@@ -96,27 +71,6 @@ class Job:
     env: dict[str, str]  # SHIPPED_ENV as the controller has it
     node_env: tuple[str, ...]  # the toolchain's variables the worker takes from its own environment
     shipped: bool  # the operator repo came as Ray's working_dir (the worker's cwd), else a shared path
-
-
-@dataclass
-class Ran:
-    """What a worker sends back: how the child ended, the files it left, when it ran (the node's clock)."""
-
-    finished: Finished
-    files: dict[str, bytes]  # path relative to the work folder -> content (SENT_BACK only)
-    clock: tuple[float, float]  # CLOCK_MONOTONIC of the worker's node, around the child
-    node: str = ""
-    notes: list[str] = field(default_factory=list)  # the executor's (retries), for the run's output
-
-    def unpack(self, work: Path) -> None:
-        """Write the files into `work` on this machine, refusing any path that would leave it."""
-        root = work.resolve()
-        for name, data in self.files.items():
-            target = (work / name).resolve()
-            if root not in target.parents:
-                raise ValueError(f"a worker sent back a file outside its work folder: {name!r}")
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(data)
 
 
 def shipped_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -220,41 +174,3 @@ def node_env(plan: Plan) -> tuple[str, ...]:
     if plan.device_env_var and plan.device_env_var not in names:
         names.append(plan.device_env_var)
     return tuple(names)
-
-
-class NodeReservation:
-    """This machine as operators judged concurrently share it: a correctness child holds a share, a
-    timing of a host-timed kernel holds it whole (so two timings, or a timing and a correctness run,
-    never share cores). Waiting timings go first: correctness children arrive all the time."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._shares = 0
-        self._whole = False
-        self._waiting = 0  # timings waiting for the machine
-
-    @contextmanager
-    def share(self) -> Iterator[None]:
-        with self._cond:
-            self._cond.wait_for(lambda: not self._whole and not self._waiting)
-            self._shares += 1
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._shares -= 1
-                self._cond.notify_all()
-
-    @contextmanager
-    def whole(self) -> Iterator[None]:
-        with self._cond:
-            self._waiting += 1
-            self._cond.wait_for(lambda: not self._whole and not self._shares)
-            self._waiting -= 1
-            self._whole = True
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._whole = False
-                self._cond.notify_all()

@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 from ...errors import ConfigError, InfrastructureFault
 from ...settings import EXECUTORS
-from .executors import Executor, Job, Ran, for_worker, judge_on_this_node, node_env, shipped_env
+from .executors import Job, for_worker, judge_on_this_node, node_env, shipped_env
+from .plan import Executor, Ran
 
 if TYPE_CHECKING:
     from ..request import JudgeRequest

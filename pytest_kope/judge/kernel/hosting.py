@@ -23,7 +23,6 @@ from .process import Confinement, KernelProcess
 from .remote import Forwarded
 
 if TYPE_CHECKING:
-    from ...operator import Operator
     from ...spec import KernelSpec
 
 ENV = "KOPE_KERNEL_SERVER"  # set (to "1") in every process whose kernels must be served, not loaded
@@ -37,16 +36,14 @@ def wanted() -> bool:
     return os.environ.get(ENV, "") not in ("", "0")
 
 
-def serve(
-    tc: Toolchain, candidate: Candidate, interface: KernelSpec, build_dir: Path, operator: Operator | None
-) -> Kernel:
+def serve(tc: Toolchain, candidate: Candidate, interface: KernelSpec, build_dir: Path) -> Kernel:
     """Start a server for `candidate` (built by `tc` into `build_dir`) and return its forwarding kernel;
     BuildError when the server cannot load it (a missing symbol, FP state changed at load)."""
     from ...toolchains.interface import kernel_args
     from ..child import fpstate
     from ..controller import sandbox
 
-    served = tc.served(candidate, interface, build_dir, operator)
+    served = tc.served(candidate, interface, build_dir)
     declared = served.args or kernel_args(tc, interface, candidate.filename)
     helper = fpstate.helper_library()
     jail = sandbox.bubblewrap()[0] if os.environ.get(JAIL_ENV) != "0" else None
