@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import secrets
 import zlib
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -186,6 +187,11 @@ def equal_run(x: np.ndarray) -> int:
         return 1
     edges = np.flatnonzero(np.diff(np.concatenate(([0], same.view(np.int8), [0]))))
     return int((edges[1::2] - edges[::2]).max()) + 1
+
+
+def longest_run(xs: Iterable[np.ndarray]) -> int:
+    """The longest `equal_run` among a call's inputs (1 when it has none): what widens its floor."""
+    return max((equal_run(x) for x in xs), default=1)
 
 
 def mismatch(got: np.ndarray, want: np.ndarray, rtol: float = DEFAULT_RTOL, atol: float = 0.0) -> str:

@@ -201,7 +201,7 @@ def _entry(
         "kinds": {str(i): k for i, k in p.kinds.items()},
         "repeats": 1,
         "input_peak": drawn.peak,
-        "equal_run": max((arrays.equal_run(x) for x in drawn.inputs.values()), default=1),
+        "equal_run": drawn.equal_run,
         "concurrent": False,
         "grad_mode": mode,
         "choices": drawn.choices,
@@ -251,9 +251,8 @@ def shrink(
             assert got is not None  # an array argument
             # the floor the differential check forgave when it found this call: a smaller input must
             # differ beyond rounding too, or the shrink ends on a call only rounding tells apart
-            run = max((arrays.equal_run(x) for x in drawn.inputs.values()), default=1)
             floor = (
-                arrays.rounding_floor(drawn.peak, read, written, w.dtype, run, arrays.peak(w))
+                arrays.rounding_floor(drawn.peak, read, written, w.dtype, drawn.equal_run, arrays.peak(w))
                 if w.dtype.kind == "f"
                 else 0.0
             )

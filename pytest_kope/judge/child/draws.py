@@ -10,10 +10,9 @@ denormals), in the domain the recorded inputs show (non-negative, positive, inte
 floating scalar argument varied within two decades of its recorded values (an `eps` the tests fix is
 one a kernel may ignore). A call is kept only where the committed kernel writes every output, stays
 finite, and stays so when its inputs move by their rounding (`noise.py`, whose measure of the
-committed kernel's own error on the call goes with it). A few calls larger than any drawn here
-follow (`large.py`). Kept calls are written like the
-recorded ones (`differential.py`, folder `draws/`): candidates replay them in their own child and
-the controller compares, so the decision stays out of the candidate's reach.
+committed kernel's own error on the call goes with it), then a few calls larger than any drawn
+here (`large.py`). Kept calls are written like the recorded ones (`differential.py`, `draws/`):
+candidates replay them in their own child and the controller compares, out of the candidate's reach.
 
 Hypothesis only draws there, it does not judge. When the controller finds a drawn call a candidate
 gets wrong, a child holding the candidate and the committed kernel replays that draw's choices
@@ -23,6 +22,7 @@ message (the verdict was already made; the message only explains it).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
@@ -202,7 +202,8 @@ class Choices:
 
 @dataclass
 class Drawn:
-    """One drawn call: its scalar arguments, its inputs, and Hypothesis's choices that made it."""
+    """One drawn call: its scalar arguments, its inputs, and Hypothesis's choices that made it; the
+    longest run of equal values in its inputs (`equal_run`) widens the call's rounding floor."""
 
     scalars: dict[int, Any]
     inputs: dict[int, np.ndarray]
@@ -210,6 +211,10 @@ class Drawn:
     summary: str
     peak: float
     own_error: float = 0.0  # the committed kernel's own error on the call (`noise.py`), once measured
+
+    @functools.cached_property
+    def equal_run(self) -> int:  # noqa: D102 - said in the class's docstring
+        return arrays.longest_run(self.inputs.values())
 
 
 def strategy(p: Plan) -> Any:
