@@ -24,7 +24,8 @@ from pytest_kope.candidate import Candidate  # noqa: E402
 from pytest_kope.judge.controller.plan import Plan  # noqa: E402
 from pytest_kope.judge.controller.runner import Judge  # noqa: E402
 from pytest_kope.judge.outcome import Judged  # noqa: E402
-from pytest_kope.session.decide import time_and_decide, verify  # noqa: E402
+from pytest_kope.session.decide import time_and_decide  # noqa: E402
+from pytest_kope.session.verify import verify  # noqa: E402
 from pytest_kope.toolchains.c import CToolchain  # noqa: E402
 
 

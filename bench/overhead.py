@@ -195,7 +195,7 @@ def judge_operator(
                 rows.append({**attempt_row(j), "bookkeeping": spent / len(batch)})
         verify = time.monotonic()
         winner = incumbent.candidate if incumbent is not base else (correct or attempts)[0]
-        fresh = [judge.baseline(base.candidate)]  # as `session.decide.verify`: recorded in a warm child,
+        fresh = [judge.baseline(base.candidate)]  # as `session.verify.verify`: recorded in a warm child,
         judge.fresh_processes()  # then the winner in fresh processes
         fresh.append(judge.correctness([winner])[0])
         if fresh[1].outcome.correct:

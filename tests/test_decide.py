@@ -13,7 +13,8 @@ from pytest_kope.candidate import Candidate
 from pytest_kope.judge.controller.plan import Plan
 from pytest_kope.judge.outcome import Judged, Outcome, Timing
 from pytest_kope.operator import Operator
-from pytest_kope.session.decide import judge_batch, time_and_decide, undecided_gain, verify
+from pytest_kope.session.decide import judge_batch, time_and_decide, undecided_gain
+from pytest_kope.session.verify import verify
 
 GAIN = 0.05
 

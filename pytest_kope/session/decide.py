@@ -12,8 +12,6 @@ from typing import Protocol
 
 from ..candidate import Candidate
 from ..judge.controller.plan import Plan
-from ..judge.controller.runner import Judge
-from ..judge.measure.contention import CONTENDED
 from ..judge.measure.stats import PairedRatio
 from ..judge.outcome import Judged, Outcome
 
@@ -154,70 +152,3 @@ def judge_batch(
                 continue
         remember(j)
     return [j for j in verdicts if not j.fault]
-
-
-def verify(
-    judge: Judge,
-    baseline: Judged,
-    incumbent: Judged,
-    min_gain: float,
-    fault: Callable[[Judged], None],
-    as_committed: Candidate | None = None,
-) -> tuple[Judged | None, str]:
-    """Re-run the winner in a fresh process with fresh inputs, timed against the baseline: the verified
-    winner (its speedup now its ratio to the baseline), or None and why not (a judgement lost to the
-    machinery is not the candidate's failure: `fault` hears of it).
-
-    The committed kernel records the differential check's calls on new seeds first, in a warm child
-    (it is trusted code, and the fork server never loads a candidate: a fresh process bought it
-    nothing but a second's start); the winner is then judged in fresh processes only. `as_committed`:
-    the winner as the file a merge delivers (its values written into the source), judged in its place."""
-    judge.baseline(baseline.candidate)  # the differential check on inputs never seen before
-    judge.fresh_processes()  # independence over speed: a new process, a new build
-    fresh = judge.correctness([as_committed or incumbent.candidate])[0]
-    if fresh.outcome.correct:
-        _time_uncontended(judge, fresh, baseline.candidate)
-        if beats(fresh, min_gain) and within_placement(fresh, min_gain):  # new processes: alone decides
-            fresh.notes.append(
-                f"timed again: the verification's gain, {fresh.ratio:.2f}x (low {fresh.ratio_low:.2f}), is"
-                " within what two processes' placement alone gives"
-            )
-            _time_uncontended(judge, fresh, baseline.candidate)
-    if fresh.fault and not (fresh.outcome.correct and fresh.timings):
-        fault(fresh)
-        return None, f"not verified: infrastructure fault: {fresh.fault[:300]}"
-    if not fresh.outcome.correct:  # wrong on inputs it had never seen: the candidate is not correct
-        incumbent.outcome, incumbent.failures = fresh.outcome, fresh.failures
-    if not (fresh.outcome.correct and fresh.timings):
-        why = (fresh.failures or fresh.notes or [""])[0][:300]
-        return None, f"failed verification: {fresh.outcome.value}: {why}"
-    if (busy := fresh.busy or 0.0) >= CONTENDED:  # busy in every timing: the gain must outlast the load
-        low = (fresh.ratio_low or 0.0) / (1.0 + busy)
-        if low <= 1.0 + min_gain:
-            return None, (
-                f"not verified: others used {busy:.0%} of the machine in each of {TIMINGS} timings, and"
-                f" the gain's low bound widened by that share ({low:.2f}x) does not hold"
-            )
-        fresh.notes.append(
-            f"timed on a busy machine (others used {busy:.0%}): held with its low bound / {1 + busy:.2f}"
-        )
-    if not beats(fresh, min_gain):
-        return None, f"gain did not hold on re-run ({fresh.ratio:.2f}x, low {fresh.ratio_low:.2f})"
-    before, after = fresh.paired_times or (1.0, 1.0)
-    fresh.speedup = before / after  # the times every report shows beside it divide to it
-    return fresh, ""
-
-
-def _time_uncontended(judge: Judge, fresh: Judged, baseline: Candidate) -> None:
-    """Time the winner against the baseline until a timing was taken on a quiet machine (others used
-    under `CONTENDED` of it), at most `TIMINGS` times: a paired ratio moves with the load (a
-    two-thread kernel loses half its speed to a busy neighbour core, a one-thread kernel nothing)."""
-    for attempt in range(TIMINGS):
-        timed = judge.performance(Judged(fresh.candidate, fresh.outcome), baseline)
-        fresh.add_time(timed)
-        fresh.outcome, fresh.failures, fresh.fault = timed.outcome, timed.failures, timed.fault
-        fresh.timings, fresh.notes = timed.timings, fresh.notes + timed.notes
-        if not (timed.outcome.correct and timed.timings) or (timed.busy or 0.0) < CONTENDED:
-            return
-        if attempt + 1 < TIMINGS:
-            fresh.notes.append(f"timed again: others used {timed.busy:.0%} of the machine meanwhile")

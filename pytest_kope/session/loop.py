@@ -1,5 +1,6 @@
-"""One operator's loop: baseline, then recall → propose → judge → remember until the stop rule says
-stop; then the verdict and the commit (commit.py).
+"""One operator's loop, read in order in `OperatorLoop.run`: the committed kernel judged (baseline),
+then recall → propose → judge → remember until the stop rule says stop (decide.py crowns), then the
+incumbent verified in fresh processes (verify.py), committed (commit.py) and summed up.
 
 `OperatorLoop` runs one operator, with the judge's `Plan` that `planning.plan_for` makes.
 """
@@ -23,10 +24,11 @@ from ..settings import SEED
 from ..spec import FLAGS, parse_spec
 from ..stopping import Slot, Stop, StopRule, stopped
 from .ceilings import remeasured_ceilings
-from .commit import conclude
+from .commit import commit_winner, summed_up
 from .decide import judge_batch, judged_only
 from .planning import plan_for
 from .progress import Progress
+from .verify import Operand, verify_incumbent
 
 if TYPE_CHECKING:
     from ..memory.recall import Recall
@@ -60,6 +62,9 @@ class OperatorLoop:
         self.task = s.graph.task_id(self.op.name, self.op.family, self.op.toolchain, self.hw)
         self.flaky: list[str] = []
         self.progress: Progress | None = None  # the search so far: what an interrupted run reports
+        self.operand = Operand(
+            self.op, self.task, self.judge, self.plan, self.tc, self.hw, self.say, self.fault, self.started
+        )
 
     def run(self) -> OperatorSummary:
         """Baseline, search, then verify and commit; the operator's summary. However it ends (an
@@ -89,7 +94,9 @@ class OperatorLoop:
                 # the search itself failed: the run's status says so
                 "search_failed": why["detail"] if why["reason"] == Stop.ERROR else None,
             }
-            return conclude(self.s, self, p, self.started, decided)
+            checked = verify_incumbent(self.s, self.operand, p)  # in fresh processes, as the file to commit
+            winner, note = commit_winner(self.s, self.operand, p, checked)  # its branch, or its file
+            return summed_up(self.s, self.operand, p, checked, winner, note, decided)
         finally:
             for note in self.judge.notes:
                 self.say(note, red=True)
