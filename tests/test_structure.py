@@ -19,6 +19,14 @@ def _module(path: Path, root: Path = PACKAGE) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+def _target(package: str, node: ast.ImportFrom) -> str:
+    """The module a `from ... import` names, its dots resolved against `package`."""
+    if not node.level:
+        return node.module or ""
+    parts = package.split(".")
+    return ".".join(parts[: len(parts) - node.level + 1] + ([node.module] if node.module else []))
+
+
 class _Imports(ast.NodeVisitor):
     """The package's modules one module imports (`package` is the module's own package)."""
 
@@ -31,11 +39,7 @@ class _Imports(ast.NodeVisitor):
             self.generic_visit(node)
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
-        if node.level:
-            parts = self.package.split(".")
-            target = ".".join(parts[: len(parts) - node.level + 1] + ([node.module] if node.module else []))
-        else:
-            target = node.module or ""
+        target = _target(self.package, node)
         for alias in node.names:
             full = f"{target}.{alias.name}"
             self.found.add(full if full in self.modules else target)
@@ -273,3 +277,47 @@ def test_the_state_check_sees_each_kind(tmp_path: Path):
         "judge/m.py:3: _live", "judge/m.py:4: STOP", "judge/m.py:7: global n",
         "judge/m.py:8: SEEN changed", "judge/m.py:9: TABLE changed",
     ]  # fmt: skip
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def private_reach(root: Path = PACKAGE) -> list[str]:
+    """Private names (one leading underscore) a module takes from another module of the package:
+    imported by name, or read off a module it imported."""
+    modules = {_module(p, root) for p in root.rglob("*.py")}
+    found: list[str] = []
+    for path in sorted(root.rglob("*.py")):
+        name = _module(path, root)
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        where = path.relative_to(root.parent).as_posix()
+        tree = ast.parse(path.read_text())
+        held: set[str] = set()  # local names bound to the package's modules
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                target = _target(package, node)
+                for alias in node.names:
+                    if f"{target}.{alias.name}" in modules:
+                        held.add(alias.asname or alias.name)
+                    elif _private(alias.name) and target in modules and target != name:
+                        found.append(f"{where}:{node.lineno}: {alias.name} from {target}")
+            elif isinstance(node, ast.Import):
+                held.update(a.asname for a in node.names if a.asname and a.name in modules)
+        for read in [n for n in ast.walk(tree) if isinstance(n, ast.Attribute)]:
+            owner = read.value.id if isinstance(read.value, ast.Name) else ""
+            if owner in held and _private(read.attr):
+                found.append(f"{where}:{read.lineno}: {owner}.{read.attr}")
+    return found
+
+
+def test_private_names_stay_in_their_module():
+    """A split that makes two modules share private names defeats the split (issue 54): merge them,
+    or draw the line again and make the shared name public."""
+    assert private_reach() == []
+
+
+def test_the_private_name_check_sees_both_ways(tmp_path: Path):
+    pkg = _package(tmp_path / "p", "def _helper():\n    return 1\n")
+    (pkg / "n.py").write_text("from . import m\nfrom .m import _helper\n\nx = m._helper() + _helper()\n")
+    assert private_reach(pkg) == ["p/n.py:2: _helper from p.m", "p/n.py:4: m._helper"]

@@ -282,3 +282,8 @@ class GuardedKernel:
     def __repr__(self) -> str:
         c = self.kernel.candidate
         return f"<kernel {c.filename} {c.short} {c.params}>"
+
+
+def functions_of(kernel: GuardedKernel) -> dict[str, GuardedFunction]:
+    """A guarded kernel's functions by name (not an attribute: a kernel function may have any name)."""
+    return kernel._functions

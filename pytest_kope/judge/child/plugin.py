@@ -209,11 +209,11 @@ class Child:
         # error would show in them it shows in the tests' own calls and their replays
         once, kind = self.request.sanitize, ""
         try:
-            problems = replay(self.replay, kernel._functions, Path("replayed").resolve(), races=not once)
+            problems = replay(self.replay, guards.functions_of(kernel), Path("replayed").resolve(), races=not once)
             if (
                 not once and (self.replay / "draws" / "manifest.json").exists()
             ):  # calls drawn beyond the tests'
-                problems += replay(self.replay / "draws", kernel._functions, Path("replayed/draws").resolve())
+                problems += replay(self.replay / "draws", guards.functions_of(kernel), Path("replayed/draws").resolve())
         except ReplayDied as e:  # its server died or hung in a call: a crash (or time-out), named
             problems, kind = [e.text], e.kind
         except Exception as e:  # e.g. no thread can start: the candidate's own fork bomb filled the cgroup
