@@ -198,8 +198,8 @@ class LlmSettings:
             )
         except (TypeError, ValueError):
             raise ConfigError(
-                "--kope-llm-timeout takes seconds, --kope-llm-output, --kope-llm-context and"
-                " --kope-max-tokens whole numbers of tokens; got {', '.join(f'{k}={v!r}' for k, v in given.items() if v is not None)}"
+                "--kope-llm-timeout takes seconds, --kope-llm-output, --kope-llm-context and --kope-max-tokens"
+                f" whole numbers of tokens; got {', '.join(f'{k}={v!r}' for k, v in given.items() if v is not None)}"
             ) from None
         if s.timeout <= 0 or s.output < 64 or (s.context is not None and s.context < 512):
             raise ConfigError(

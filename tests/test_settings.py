@@ -36,7 +36,8 @@ def test_the_model_falls_back_to_the_environment_and_the_option_wins(
 
 def test_a_token_limit_that_is_no_number_is_a_usage_error(pytester: pytest.Pytester) -> None:
     pytester.makeini("[pytest]\nkope_max_tokens = plenty\n")
-    with pytest.raises(ConfigError, match="--kope-max-tokens"):
+    said = "--kope-max-tokens whole numbers of tokens; got max_tokens='plenty'"
+    with pytest.raises(ConfigError, match=said):
         LlmSettings.from_config(pytester.parseconfig())
 
 

@@ -43,10 +43,9 @@ class Interruption:
     it as above; once it has ended (its report written, its graph closed) a signal quits at once, so
     pytest's closing lines never end in a traceback. `why` names the signal ("" while none came)."""
 
-    def __init__(self, tw: Any, children: sandbox.Children | None = None):
+    def __init__(self, tw: Any, children: sandbox.Children):
         self.tw = tw  # pytest's terminal reporter, or None
-        # every child the run started and has not killed (its plans carry it): killed on the first signal
-        self.children = children if children is not None else sandbox.Children()
+        self.children = children  # the run's: every child it started and has not killed, killed on a signal
         self.why = ""
         self.ended = False
         self.began = time.monotonic()

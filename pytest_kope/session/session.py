@@ -21,7 +21,7 @@ import pytest
 from ..agents.base import declared
 from ..errors import ConfigError, Interrupted, KopeError
 from ..hardware import label
-from ..judge.controller import isolation
+from ..judge.controller import isolation, sandbox
 from ..memory.opening import GraphGuard
 from ..operator import operator_of, same_operator
 from ..paths import ensure_kope_dir, kope_home
@@ -55,7 +55,8 @@ class KopeSession:
         self.output = threading.Lock()  # operators at once write whole lines to the terminal
         self.concurrency = Concurrency(self.settings)  # the executor, operators at once (concurrency.py)
         self.run_lock: RunLock | None = None  # this repo's one optimize run at a time (runlock.py)
-        self.interruption = Interruption(None)  # Ctrl-C and SIGTERM (interrupt.py), and what they kill
+        self.children = sandbox.Children()  # every child the run starts: its plans carry it, Ctrl-C kills it
+        self.interruption = Interruption(None, self.children)  # Ctrl-C and SIGTERM (interrupt.py)
         self.graph_guard = GraphGuard(self.say)  # a damaged graph moved aside; SQLite errors in one line
 
     def say(self, line: str, red: bool = False) -> None:
@@ -141,7 +142,7 @@ class KopeSession:
             return False
         self.tw = session.config.pluginmanager.get_plugin("terminalreporter")
         if not self.settings.check_only:
-            with Interruption(self.tw, self.interruption.children) as self.interruption:
+            with Interruption(self.tw, self.children) as self.interruption:
                 self._optimize(session)
             return True
         with border(), self.graph_guard.failing():
@@ -303,7 +304,7 @@ class KopeSession:
         base = ensure_kope_dir(home / ".kope")
         if not s.check_only:  # `kope doctor` changes nothing: it needs no lock
             self.run_lock = RunLock(base, self.run_id, home)
-            self.run_lock.acquire(wait=not s.no_wait, say=self.say, stopping=self.interruption.children)
+            self.run_lock.acquire(wait=not s.no_wait, say=self.say, stopping=self.children)
             say_others(self.run_lock.others_on_machine(), lambda line: self.say(line, red=True))
         graph = self.graph_guard.open(Path(s.db) if s.db else base / "experience.db")
         run_dir = base / "runs" / self.run_id
@@ -331,7 +332,7 @@ class KopeSession:
             agent=self.agent,
             concurrency=self.concurrency,
             ceilings=CeilingProbe(graph, base / "builds", self.say),
-            children=self.interruption.children,
+            children=self.children,
             say=self.say,
         )
 

@@ -63,10 +63,9 @@ def verify_incumbent(s: Run, o: Operand, p: Progress) -> Checked:
     if p.incumbent is p.baseline:
         return Checked(None)
     if not s.clock.can_verify():
-        return Checked(None, note=(
-            f"not verified: the time budget ran out ({max(0.0, s.clock.left()):.0f} s left, "
-            f"verifying takes about {s.clock.verify_s():.0f} s)"
-        ))  # fmt: skip
+        left, takes = max(0.0, s.clock.left()), s.clock.verify_s()
+        why = f"the time budget ran out ({left:.0f} s left, verifying takes about {takes:.0f} s)"
+        return Checked(None, note=f"not verified: {why}")
     verifying = time.monotonic()
     checked = _verify_or_runner_up(s, o, p)
     s.clock.verifies.append(time.monotonic() - verifying)
