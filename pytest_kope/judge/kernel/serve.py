@@ -23,10 +23,13 @@ import threading
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import callmodes, redzones
 from .wire import Channel, Closed
+
+if TYPE_CHECKING:
+    from ..child.procstate import Snapshot
 
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE = 1, 4
 MAX_TEXT = 2000
@@ -40,7 +43,7 @@ class Server:
         self.functions: dict[str, Callable[..., Any]] = {}
         self.sets: dict[int, tuple[Callable[..., Any], list[tuple[Any, ...]]]] = {}
         self.convert: Callable[[dict[str, Any]], Any] = self._pointer
-        self.snapshot: Any = None  # procstate.Snapshot after loading: what calls must leave as it was
+        self.snapshot: Snapshot | None = None  # after loading: what calls must leave as it was
         self.launches: Callable[[], list[Any]] | None = None  # the launches a call made, for the host
         self.fp_checked = False
         self.sanitized = False  # every array copied into memory the sanitizer watches (`redzones`)
@@ -217,6 +220,8 @@ class Server:
         """What the calls since the last look left changed ("fp": the FP control state only)."""
         from ..child import fpstate
 
+        if self.snapshot is None:  # reported as the request's error, as any other
+            raise LookupError("no kernel is loaded: nothing to compare the state with")
         found = fpstate.changes(self.snapshot.fp) if what == "fp" else self.snapshot.changes()
         return {"ok": True, "changed": found}
 
