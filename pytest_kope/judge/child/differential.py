@@ -35,7 +35,7 @@ from ...errors import KernelDied, KernelTimeout
 from ...toolchains.base import IN, OUT, SCALAR, Arg
 from .. import arrays
 from . import callfiles, overlap, refill, torchmodes
-from .guards import Call, SettleLater
+from .guards import Call, GuardedFunction, SettleLater
 from .recorder import RACE_REPEATS, TRANSFORMS, Recorded, Recorder
 
 __all__ = [
@@ -57,7 +57,7 @@ def take_expected(folder: Path) -> dict[str, dict[str, np.ndarray]]:
     return out
 
 
-def replay(folder: Path, functions: Mapping[str, Any], results: Path, races: bool = True) -> list[str]:
+def replay(folder: Path, functions: Mapping[str, GuardedFunction], results: Path, races: bool = True) -> list[str]:
     """In a candidate's child: run every recorded input through the candidate's guarded functions
     (`races`: with the overlapping pairs of `overlap.py` where the recording allows them).
 
@@ -77,7 +77,7 @@ def replay(folder: Path, functions: Mapping[str, Any], results: Path, races: boo
 
 def _replay(
     folder: Path,
-    functions: Mapping[str, Any],
+    functions: Mapping[str, GuardedFunction],
     results: callfiles.Stream,
     pool: ThreadPoolExecutor,
     races: bool,
@@ -165,14 +165,14 @@ def _settled(
     return []
 
 
-def _call_all(fn: Any, sets: list[tuple[Any, ...]]) -> list[str]:
+def _call_all(fn: GuardedFunction, sets: list[tuple[Any, ...]]) -> list[str]:
     for values in sets:
         if errors := overlap.call_named(fn, values):
             return errors
     return []
 
 
-def _call_together(fn: Any, sets: list[tuple[Any, ...]], pool: ThreadPoolExecutor) -> list[str]:
+def _call_together(fn: GuardedFunction, sets: list[tuple[Any, ...]], pool: ThreadPoolExecutor) -> list[str]:
     """Call `fn` on every set at the same time, one thread each (kernels release the GIL)."""
     if not sets:
         return []

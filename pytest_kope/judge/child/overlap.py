@@ -49,7 +49,7 @@ def chosen(manifest: list[dict[str, Any]]) -> set[str]:
     return {e["key"] for e in sorted(picked.values(), key=size, reverse=True)[:RACE_ENTRIES]}
 
 
-def call_named(fn: Any, values: tuple[Any, ...]) -> list[str]:
+def call_named(fn: GuardedFunction, values: tuple[Any, ...]) -> list[str]:
     """Call a guarded function; what went wrong, named in one line (none: an empty list). A kernel
     server that died or hung is raised on: a crash, not a wrong output (`differential.ReplayDied`)."""
     try:
@@ -62,7 +62,7 @@ def call_named(fn: Any, values: tuple[Any, ...]) -> list[str]:
 
 
 def pairs_agree(
-    fn: Any,
+    fn: GuardedFunction,
     values_of: Callable[[dict[int, np.ndarray]], tuple[Any, ...]],
     inputs: dict[int, np.ndarray],
     alone: tuple[Any, ...],
@@ -86,7 +86,7 @@ def pairs_agree(
     return errors
 
 
-def _overlapping(fn: Any, wants: list[dict[int, Any]], written: list[int]) -> tuple[list[Any], list[str]]:
+def _overlapping(fn: GuardedFunction, wants: list[dict[int, Any]], written: list[int]) -> tuple[list[Any], list[str]]:
     """Two guarded copies of `fn` that call the kernel over and over on their buffers until
     RACE_WINDOW after both began, checking each call's outputs against `wants` (what they say
     goes into the returned list). A kernel with an in-place argument is called once (a repeat
