@@ -168,6 +168,32 @@ def _share(value: Any, option: str) -> float:
     return share
 
 
+FORGE_INI = ("kope_forge", "kope_forge_url", "kope_forge_repo", "kope_forge_token_env", "kope_pr_base")
+
+
+@dataclass(frozen=True)
+class ReviewSettings:
+    """Where a run's winners go past their branches, read once (`from_config`): the remote to push
+    to, whether to open pull requests and against which branch, the forge's ini values, the peers."""
+
+    push: str | None = None  # --kope-push REMOTE; with --kope-pr alone, origin
+    pr: bool = False  # --kope-pr
+    pr_base: str = ""  # --kope-pr-base (or ini kope_pr_base); "": found from the remote (prbase.py)
+    peers: bool = False  # --kope-peers: time the winner beside its kernel-only peers
+    forge: dict[str, Any] = field(default_factory=dict)  # the forge's ini values (review/forge.py)
+
+    @classmethod
+    def from_config(cls, config: pytest.Config) -> ReviewSettings:
+        pr = bool(setting(config, "kope_pr"))
+        return cls(
+            push=setting(config, "kope_push") or ("origin" if pr else None),
+            pr=pr,
+            pr_base=str(setting(config, "kope_pr_base", "")),
+            peers=bool(setting(config, "kope_peers")),
+            forge={k: setting(config, k) for k in FORGE_INI},
+        )
+
+
 @dataclass(frozen=True)
 class LlmSettings:
     """The LLM agent's settings, read and checked once (`from_config`): which model, where its server

@@ -8,7 +8,7 @@ import pytest
 from pytest_kope.agents.llm import openai_endpoint
 from pytest_kope.agents.tuner.agent import EXPLORE_RATE
 from pytest_kope.errors import ConfigError
-from pytest_kope.settings import DEFAULTS, LlmSettings, Settings
+from pytest_kope.settings import DEFAULTS, LlmSettings, ReviewSettings, Settings
 
 
 def test_the_llm_agents_settings_come_from_the_ini_file_once(
@@ -50,3 +50,12 @@ def test_the_exploration_share_is_read_with_the_run(pytester: pytest.Pytester) -
     assert Settings.from_config(pytester.parseconfig()).explore == 0.25
     with pytest.raises(ConfigError, match="--kope-explore takes a share between 0 and 1, got 2"):
         Settings.from_config(pytester.parseconfig("--kope-explore", "2"))
+
+
+def test_where_winners_go_is_read_once_with_its_defaults(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\nkope_forge = gitlab\nkope_pr_base = develop\n")
+    review = ReviewSettings.from_config(pytester.parseconfig("--kope-pr"))
+    assert (review.pr, review.push, review.pr_base, review.peers) == (True, "origin", "develop", False)
+    assert review.forge["kope_forge"] == "gitlab" and review.forge["kope_forge_url"] is None
+    quiet = ReviewSettings.from_config(pytester.parseconfig())
+    assert (quiet.pr, quiet.push) == (False, None)  # nothing pushed unless asked

@@ -19,7 +19,7 @@ import pytest
 
 from ..errors import ConfigError, ForgeError
 from ..hardware import describe
-from ..settings import setting
+from ..settings import ReviewSettings
 from . import plot, prbase, prbody, report
 from .forge import ForgeSettings, GitHubForge, GitLabForge, make_forge, redact
 from .vcs import ZERO, Target, Vcs
@@ -29,9 +29,6 @@ if TYPE_CHECKING:
     from ..judge.outcome import Judged
     from ..memory.graph import Graph
     from ..operator import Operator
-
-INI = ("kope_forge", "kope_forge_url", "kope_forge_repo", "kope_forge_token_env", "kope_pr_base")
-
 
 @dataclass(frozen=True)
 class VerifiedWinner:
@@ -54,8 +51,8 @@ class Publisher:
         self.config, self.vcs, self.run_id, self.prefix = config, vcs, run_id, prefix
         self.run_dir, self.graph = run_dir, graph
         self._mpl = run_dir.parent.parent / "matplotlib"  # .kope/matplotlib: ignored with .kope/
-        self.pr = bool(setting(config, "kope_pr"))
-        self.remote: str | None = setting(config, "kope_push") or ("origin" if self.pr else None)
+        self.review = ReviewSettings.from_config(config)  # read once, here
+        self.pr, self.remote = self.review.pr, self.review.push
         self.say: Callable[..., None] = lambda line, red=False: None
         self.settings: ForgeSettings | None = None
         self.results: dict[str, dict[str, Any]] = {}
@@ -75,9 +72,8 @@ class Publisher:
                 f"--kope-push {self.remote}: this repository has no remote {self.remote!r} "
                 f"(git remote -v lists them)"
             ) from None
-        ini = {k: setting(self.config, k) for k in INI}
         try:
-            self.settings = ForgeSettings.resolve(os.environ, ini, url)
+            self.settings = ForgeSettings.resolve(os.environ, self.review.forge, url)
         except ConfigError:
             if self.pr:
                 raise
@@ -89,11 +85,10 @@ class Publisher:
         """The pull requests' target branch, found before anything is optimized (or a usage error)."""
         assert self.vcs is not None and self.remote and self.settings is not None
         settings = self.settings
-        given = setting(self.config, "kope_pr_base")
         return prbase.pr_base(
             self.vcs,
             self.remote,
-            str(given) if given else None,
+            self.review.pr_base or None,
             os.environ,
             lambda: make_forge(settings, self.say).default_branch(),
         )
@@ -209,7 +204,7 @@ class Publisher:
         """--kope-peers: the verified winner (`baked`: its source with its values as the defaults) next
         to its kernel-only peers, measured in a jailed child (pytest_kope/peers); the headline goes into
         report.json/report.md and the pull request."""
-        if not setting(self.config, "kope_peers") or op.toolchain != "c":
+        if not self.review.peers or op.toolchain != "c":
             return
         from ..peers import child, headline
         from ..peers.measure import Comparison
