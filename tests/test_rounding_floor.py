@@ -172,3 +172,35 @@ def test_a_run_of_one_value_rounds_the_same_way_at_every_step_and_the_floor_grow
     assert arrays.mismatch(_lanes(x), sequential, 2e-5, old)  # what the check held against it before
     assert arrays.mismatch(_lanes(x), sequential, 2e-5, new) == ""
     assert arrays.mismatch(x[:, : COLS - 2000].sum(axis=1, dtype=np.float32), sequential, 2e-5, new)
+
+
+def _softmax(x: np.ndarray, lanes: int) -> np.ndarray:
+    """A float32 softmax whose denominator is summed in `lanes` partial sums (1: in order)."""
+    e = np.exp(x - x.max(axis=1, keepdims=True)).astype(np.float32)
+    if lanes == 1:
+        total = np.cumsum(e, axis=1, dtype=np.float32)[:, -1]
+    else:
+        total = _lanes(e, lanes)
+    out: np.ndarray = (e / total[:, None]).astype(np.float32)
+    return out
+
+
+def test_a_run_inside_a_call_whose_outputs_each_read_one_input_widens_the_floor_too():
+    """The fourth CI case: a softmax reads as many values as it writes (`terms` 1), yet each output is
+    divided by a sum over its row, and along a constant block that sum rounds alike at every step; an
+    honest 16-lane softmax was 1.5e-4 of its peak from the sequential one on 4,111 values a row. The
+    outputs move relative to their peak, so the run bounds the floor whatever `terms` says; a kernel
+    that drops part of the block is still wrong."""
+    rng = np.random.default_rng(3)
+    cols = 4111
+    x = (rng.choice([-1.0, 1.0], (4, cols)) * 10.0 ** rng.uniform(-1, 1, (4, cols))).astype(np.float32)
+    x[:, 600:4000] = np.float32(1.7)  # a constant block: the denominators' additions round alike
+    sequential, lanes = _softmax(x, 1), _softmax(x, 16)
+    peak = float(np.abs(sequential).max())
+    base = {**_entry(x), "outputs": {"1": [list(x.shape), "<f4"]}}
+    old = arrays.rounding_floor(base["input_peak"], x.size, x.size, np.dtype(np.float32), 1, peak)
+    new = rounding_floor({**base, "equal_run": arrays.equal_run(x)}, np.dtype(np.float32), peak)
+    assert arrays.mismatch(lanes, sequential, 1e-6, old)  # beyond what the floor held before
+    assert arrays.mismatch(lanes, sequential, 1e-6, new) == ""
+    dropped = _softmax(np.concatenate([x[:, :600], x[:, 3000:]], axis=1), 1)  # 2,400 of the block gone
+    assert arrays.mismatch(dropped[:, :600], sequential[:, :600], 1e-6, new)
