@@ -177,10 +177,7 @@ def test_a_run_of_one_value_rounds_the_same_way_at_every_step_and_the_floor_grow
 def _softmax(x: np.ndarray, lanes: int) -> np.ndarray:
     """A float32 softmax whose denominator is summed in `lanes` partial sums (1: in order)."""
     e = np.exp(x - x.max(axis=1, keepdims=True)).astype(np.float32)
-    if lanes == 1:
-        total = np.cumsum(e, axis=1, dtype=np.float32)[:, -1]
-    else:
-        total = _lanes(e, lanes)
+    total = np.cumsum(e, axis=1, dtype=np.float32)[:, -1] if lanes == 1 else _lanes(e, lanes)
     out: np.ndarray = (e / total[:, None]).astype(np.float32)
     return out
 
